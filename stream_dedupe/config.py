@@ -1,0 +1,216 @@
+"""Parameters of the dedup engine, validated at construction.
+
+:class:`DedupeParams` holds everything that shapes the index (stored with the state and checked
+when the state is reopened); :class:`RuntimeLimits` holds the knobs that can change between runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Literal
+
+from stream_dedupe.errors import ConfigError
+
+ShingleKind = Literal["word", "char"]
+VerifyMode = Literal["estimate", "exact"]
+
+#: Bumped whenever :mod:`stream_dedupe.core.normalize` changes what it produces for the same input.
+NORMALIZATION_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ShingleSpec:
+    """How a normalized text is cut into shingles.
+
+    Attributes:
+        kind: ``word`` for word k-grams, ``char`` for character k-grams (short, noisy text).
+        size: k, the number of words or characters per shingle.
+    """
+
+    kind: ShingleKind = "word"
+    size: int = 3
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("word", "char"):
+            raise ConfigError(f"shingle kind must be 'word' or 'char', got {self.kind!r} (e.g. --shingle word:3)")
+        if not 1 <= self.size <= 64:
+            raise ConfigError(f"shingle size must be between 1 and 64, got {self.size} (e.g. --shingle word:3)")
+
+    @classmethod
+    def parse(cls, text: str) -> ShingleSpec:
+        """Parse ``word:3`` or ``char:5``.
+
+        Raises:
+            ConfigError: if the text is not ``KIND:SIZE``.
+        """
+        match = re.fullmatch(r"\s*(word|char)\s*:\s*(\d+)\s*", text)
+        if not match:
+            raise ConfigError(f"cannot parse shingle spec {text!r}: use KIND:SIZE, e.g. word:3 or char:5")
+        kind: ShingleKind = "word" if match.group(1) == "word" else "char"
+        return cls(kind, int(match.group(2)))
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.size}"
+
+
+@dataclass(frozen=True)
+class NormalizationConfig:
+    """Boilerplate removal applied after Unicode NFKC and case folding.
+
+    Attributes:
+        strip_patterns: Regular expressions removed wherever they match (multi-line mode).
+        header_patterns: Leading lines are dropped while they match one of these (a header block).
+        footer_patterns: Trailing lines are dropped while they match one of these (a footer block).
+    """
+
+    strip_patterns: tuple[str, ...] = ()
+    header_patterns: tuple[str, ...] = ()
+    footer_patterns: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("strip_patterns", "header_patterns", "footer_patterns"):
+            for pattern in getattr(self, name):
+                try:
+                    re.compile(pattern)
+                except re.error as exc:
+                    raise ConfigError(f"invalid regular expression {pattern!r} in {name}: {exc}") from exc
+
+    @property
+    def fingerprint(self) -> str:
+        """A short digest of the version and the patterns; part of the stored parameters."""
+        text = repr((NORMALIZATION_VERSION, self.strip_patterns, self.header_patterns, self.footer_patterns))
+        return f"v{NORMALIZATION_VERSION}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+
+
+@dataclass(frozen=True)
+class DedupeParams:
+    """Everything that shapes the index; stored with the state and checked on reopen.
+
+    Attributes:
+        threshold: Decision threshold on Jaccard similarity; pairs at or above it are duplicates.
+        num_perm: Number of MinHash permutations.
+        seed: Seed of the permutations (datasketch's ``seed``).
+        shingle: Shingling of the normalized text.
+        min_tokens: Documents with fewer tokens are matched by exact normalized text only.
+        lsh_margin: The LSH is tuned for ``threshold - lsh_margin`` so that it over-returns on
+            purpose; verification removes the extra candidates.
+        bands: LSH bands; chosen from the LSH threshold with datasketch's weighting when 0.
+        rows: Rows per band; chosen with ``bands`` when 0.
+        verify: ``estimate`` (MinHash estimate) or ``exact`` (exact Jaccard on stored shingle sets).
+        normalization: Boilerplate removal.
+    """
+
+    threshold: float = 0.8
+    num_perm: int = 128
+    seed: int = 1
+    shingle: ShingleSpec = field(default_factory=ShingleSpec)
+    min_tokens: int = 10
+    lsh_margin: float = 0.1
+    bands: int = 0
+    rows: int = 0
+    verify: VerifyMode = "estimate"
+    normalization: NormalizationConfig = field(default_factory=NormalizationConfig)
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.threshold <= 1.0:
+            raise ConfigError(f"threshold must be in (0, 1], got {self.threshold} (e.g. --threshold 0.8)")
+        if not 16 <= self.num_perm <= 1024:
+            raise ConfigError(f"num_perm must be between 16 and 1024, got {self.num_perm} (e.g. --num-perm 128)")
+        if not 0 <= self.seed < 2**32:
+            raise ConfigError(f"seed must be in [0, 2**32), got {self.seed}")
+        if self.min_tokens < 0:
+            raise ConfigError(f"min_tokens must be >= 0, got {self.min_tokens}")
+        if not 0.0 <= self.lsh_margin < self.threshold:
+            raise ConfigError(
+                f"lsh_margin must be in [0, threshold), got {self.lsh_margin} with threshold {self.threshold}"
+            )
+        if self.verify not in ("estimate", "exact"):
+            raise ConfigError(f"verify must be 'estimate' or 'exact', got {self.verify!r}")
+        if (self.bands == 0) != (self.rows == 0):
+            raise ConfigError("give both bands and rows, or neither (they are then chosen from the threshold)")
+        if self.bands and self.bands * self.rows > self.num_perm:
+            raise ConfigError(
+                f"bands * rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}: "
+                "lower --bands/--rows or raise --num-perm"
+            )
+
+    @cached_property
+    def band_layout(self) -> tuple[int, int]:
+        """``(bands, rows)``: the explicit ones, or those datasketch's MinHashLSH picks for the LSH threshold."""
+        if self.bands:
+            return self.bands, self.rows
+        from stream_dedupe.core.lsh import choose_bands
+
+        return choose_bands(round(self.threshold - self.lsh_margin, 6), self.num_perm)
+
+    def resolved(self) -> DedupeParams:
+        """Return a copy with ``bands`` and ``rows`` filled in."""
+        bands, rows = self.band_layout
+        return dataclasses.replace(self, bands=bands, rows=rows)
+
+    def to_state(self) -> dict[str, Any]:
+        """The parameters as stored with the state (bands and rows resolved)."""
+        bands, rows = self.band_layout
+        return {
+            "threshold": self.threshold,
+            "num_perm": self.num_perm,
+            "seed": self.seed,
+            "shingle": str(self.shingle),
+            "min_tokens": self.min_tokens,
+            "bands": bands,
+            "rows": rows,
+            "verify": self.verify,
+            "normalization": self.normalization.fingerprint,
+            "normalization_patterns": {
+                "strip": list(self.normalization.strip_patterns),
+                "header": list(self.normalization.header_patterns),
+                "footer": list(self.normalization.footer_patterns),
+            },
+            "minhash_scheme": "datasketch-affine32/murmur3_32",
+        }
+
+    @classmethod
+    def from_state(cls, stored: dict[str, Any]) -> DedupeParams:
+        """Rebuild the parameters stored by :meth:`to_state`."""
+        patterns = stored.get("normalization_patterns", {})
+        return cls(
+            threshold=stored["threshold"],
+            num_perm=stored["num_perm"],
+            seed=stored["seed"],
+            shingle=ShingleSpec.parse(stored["shingle"]),
+            min_tokens=stored["min_tokens"],
+            bands=stored["bands"],
+            rows=stored["rows"],
+            verify=stored["verify"],
+            normalization=NormalizationConfig(
+                tuple(patterns.get("strip", ())), tuple(patterns.get("header", ())), tuple(patterns.get("footer", ()))
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class RuntimeLimits:
+    """Knobs that may change between runs without rebuilding the state.
+
+    Attributes:
+        max_doc_bytes: Larger input records are rejected as ``too-large``.
+        max_bucket_size: An LSH bucket stops growing at this many members (a hot bucket, usually
+            boilerplate); lookups still return the members it has.
+        batch_size: Documents signed and decided together.
+    """
+
+    max_doc_bytes: int = 1 << 20
+    max_bucket_size: int = 500
+    batch_size: int = 512
+
+    def __post_init__(self) -> None:
+        if self.max_doc_bytes < 64:
+            raise ConfigError(f"max_doc_bytes must be at least 64, got {self.max_doc_bytes}")
+        if self.max_bucket_size < 2:
+            raise ConfigError(f"max_bucket_size must be at least 2, got {self.max_bucket_size}")
+        if not 1 <= self.batch_size <= 100_000:
+            raise ConfigError(f"batch_size must be between 1 and 100000, got {self.batch_size}")

@@ -1,0 +1,1 @@
+"""The pure dedup core: no Kafka, Faust or RocksDB imports below this package."""

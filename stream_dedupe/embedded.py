@@ -1,0 +1,172 @@
+"""The embedded run: JSONL files in, events and canonical documents out, RocksDB state on disk.
+
+A thin shell over :class:`~stream_dedupe.core.engine.DedupeEngine`: it reads lines, hands
+batches to the engine, writes events, and commits the state with a checkpoint after each batch.
+SIGINT/SIGTERM finish the current batch and stop cleanly; running the same command again
+resumes after the last committed batch, so nothing is decided or counted twice.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import IO, Any
+
+import orjson
+
+from stream_dedupe.core.engine import DedupeEngine
+from stream_dedupe.core.events import Event
+from stream_dedupe.core.records import Invalid, parse_document
+from stream_dedupe.inputs import InputLine, identity, read_lines
+from stream_dedupe.storage.base import KVStore
+from stream_dedupe.storage.state import StateView
+
+_RUN_KEY = b"run"
+
+#: Called after each batch with (lines consumed so far, bytes position, counters).
+ProgressHook = Callable[[int, int, Counter[str]], None]
+
+
+@dataclass
+class RunResult:
+    """What an embedded run did.
+
+    Attributes:
+        counters: Document outcomes of this run (resumed runs include the interrupted part).
+        lines: Input lines consumed.
+        seconds: Wall time of this invocation.
+        interrupted: True when a signal stopped the run before the end of the input.
+        resumed_from: Lines skipped because an earlier interrupted run had committed them.
+    """
+
+    counters: Counter[str] = field(default_factory=Counter)
+    lines: int = 0
+    seconds: float = 0.0
+    interrupted: bool = False
+    resumed_from: int = 0
+
+
+class _StopFlag:
+    def __init__(self) -> None:
+        self.stop = False
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self.stop = True
+
+
+@contextmanager
+def _graceful_signals() -> Iterator[_StopFlag]:
+    flag = _StopFlag()
+    previous = {sig: signal.signal(sig, flag) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield flag
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _checkpoint(inputs: list[dict[str, Any]], file_index: int, line: int, counters: Counter[str]) -> bytes:
+    return orjson.dumps({"inputs": inputs, "file": file_index, "line": line, "counters": dict(counters)})
+
+
+def resume_point(store: KVStore, paths: list[str]) -> tuple[int, int] | None:
+    """``(file index, line)`` where an interrupted run over the same inputs stopped, or None."""
+    if "-" in paths:
+        return None
+    previous = StateView(store).get_json(_RUN_KEY)
+    if previous and previous.get("inputs") == [identity(p) for p in paths]:
+        return int(previous["file"]), int(previous["line"])
+    return None
+
+
+def run(
+    engine: DedupeEngine,
+    paths: list[str],
+    events_out: IO[bytes] | None,
+    batch_size: int,
+    max_doc_bytes: int,
+    progress: ProgressHook | None = None,
+) -> RunResult:
+    """Dedupe ``paths`` into the engine's state, writing one event line per event to ``events_out``.
+
+    Args:
+        engine: The engine (its state decides what is already known).
+        paths: Input files (plain or gzip JSONL), or ``-`` for standard input.
+        events_out: Where to write events as JSON lines (None: do not write them).
+        batch_size: Records per engine batch (and per atomic commit).
+        max_doc_bytes: Records above this size are ``invalid`` (``too-large``).
+        progress: Called after each committed batch.
+
+    Returns:
+        What was done.
+    """
+    inputs = [identity(p) for p in paths]
+    resumable = "-" not in paths
+    result = RunResult()
+    start_file, start_line = resume_point(engine.store, paths) or (0, 0)
+    if (start_file, start_line) != (0, 0):
+        result.counters.update(StateView(engine.store).get_json(_RUN_KEY).get("counters", {}))
+        result.resumed_from = start_line
+    started = time.perf_counter()
+    with _graceful_signals() as flag:
+        for file_index in range(start_file, len(paths)):
+            skip = start_line if file_index == start_file else 0
+            lines = read_lines(paths[file_index], skip)
+            consumed = skip
+            while True:
+                batch = _take(lines, batch_size)
+                if not batch:
+                    break
+                events = _process(engine, batch, max_doc_bytes)
+                _write(events_out, events)
+                for event in events:
+                    result.counters[event["event"]] += 1
+                    if event.get("exact"):
+                        result.counters["exact-duplicate"] += 1
+                consumed = batch[-1].line
+                result.lines += len(batch)
+                meta = {_RUN_KEY: _checkpoint(inputs, file_index, consumed, result.counters) if resumable else None}
+                engine.commit(meta)
+                if progress:
+                    progress(len(batch), batch[-1].position, result.counters)
+                if flag.stop:
+                    result.interrupted = True
+                    result.seconds = time.perf_counter() - started
+                    return result
+            if resumable:
+                engine.commit({_RUN_KEY: _checkpoint(inputs, file_index + 1, 0, result.counters)})
+        engine.commit({_RUN_KEY: None})
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _take(lines: Iterator[InputLine], n: int) -> list[InputLine]:
+    batch = []
+    for line in lines:
+        batch.append(line)
+        if len(batch) == n:
+            break
+    return batch
+
+
+def _process(engine: DedupeEngine, batch: list[InputLine], max_doc_bytes: int) -> list[Event]:
+    records = []
+    for item in batch:
+        if item.raw.strip():
+            records.append(parse_document(item.raw, max_doc_bytes))
+        else:
+            records.append(Invalid("not-json", "empty line (every line must be one JSON document)"))
+    origins = [{"source": item.source, "line": item.line} for item in batch]
+    return engine.process(records, origins)
+
+
+def _write(out: IO[bytes] | None, events: list[Event]) -> None:
+    if out is None:
+        return
+    out.write(b"".join(orjson.dumps(e) + b"\n" for e in events))
+    out.flush()

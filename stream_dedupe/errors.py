@@ -1,0 +1,34 @@
+"""The one exception hierarchy of stream-dedupe.
+
+Every error a user can cause derives from :class:`StreamDedupeError`, and its message says how to
+fix the problem, not only what went wrong.
+"""
+
+
+class StreamDedupeError(Exception):
+    """Root of all stream-dedupe errors."""
+
+
+class ConfigError(StreamDedupeError):
+    """A parameter or option is invalid; the message names it and the accepted values."""
+
+
+class StateMismatchError(StreamDedupeError):
+    """The state directory was built with parameters different from the ones requested."""
+
+
+class StateError(StreamDedupeError):
+    """The state directory cannot be opened or is damaged."""
+
+
+class InvalidDocumentError(StreamDedupeError):
+    """An input record is not a valid document.
+
+    Attributes:
+        reason: A short machine-readable reason code (e.g. ``not-json``, ``missing-id``).
+    """
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail

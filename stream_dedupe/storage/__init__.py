@@ -1,0 +1,1 @@
+"""State storage: a small key-value interface with in-memory and RocksDB adapters."""

@@ -1,0 +1,222 @@
+"""Typed access to the engine's state over any :class:`~stream_dedupe.storage.base.KVStore`.
+
+Reads and writes of one engine batch go through an overlay: reads are cached, writes are held
+back, and :meth:`StateView.commit` applies them as one atomic batch. This module imports no
+storage engine; it works the same over the in-memory and the RocksDB adapters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+
+from stream_dedupe.core.canonical import CanonicalKey
+from stream_dedupe.core.unionfind import ClusterInfo
+from stream_dedupe.storage.base import NAMESPACES, KVStore
+
+_U32 = np.dtype("<u4")
+
+
+@dataclass(frozen=True)
+class DocRecord:
+    """What the state keeps about each document.
+
+    Attributes:
+        content_hash: 128-bit hash of the normalized text.
+        length: Normalized length in characters (canonical policy).
+        updated_at_us: ``updated_at`` in microseconds, or None.
+        tokens: Number of tokens of the normalized text.
+        indexed: True when the document's bands are in the LSH index (it represents its content).
+    """
+
+    content_hash: bytes
+    length: int
+    updated_at_us: int | None
+    tokens: int
+    indexed: bool
+
+    def encode(self) -> bytes:
+        """Versioned JSON encoding."""
+        return orjson.dumps([1, self.content_hash.hex(), self.length, self.updated_at_us, self.tokens, self.indexed])
+
+    @classmethod
+    def decode(cls, raw: bytes) -> DocRecord:
+        """Inverse of :meth:`encode`."""
+        _version, digest, length, updated, tokens, indexed = orjson.loads(raw)
+        return cls(bytes.fromhex(digest), length, updated, tokens, indexed)
+
+
+Edge = tuple[str, float, bool]
+
+
+def _key(doc_id: str) -> bytes:
+    return doc_id.encode("utf-8")
+
+
+class StateView:
+    """Batch-scoped, typed view of the state; also the union-find's :class:`ClusterStore`.
+
+    Args:
+        store: The key-value store underneath.
+    """
+
+    def __init__(self, store: KVStore) -> None:
+        self.store = store
+        self._cache: dict[str, dict[bytes, bytes | None]] = {ns: {} for ns in NAMESPACES}
+        self._dirty: dict[str, set[bytes]] = {ns: set() for ns in NAMESPACES}
+
+    # -- raw access -------------------------------------------------------------------------
+    def prefetch(self, namespace: str, keys: Sequence[bytes]) -> None:
+        """Load many keys with one multi-get (values already in the overlay are kept)."""
+        cache = self._cache[namespace]
+        missing = list({k for k in keys if k not in cache})
+        for key, value in zip(missing, self.store.get_many(namespace, missing), strict=True):
+            cache[key] = value
+
+    def get(self, namespace: str, key: bytes) -> bytes | None:
+        """Read through the overlay."""
+        cache = self._cache[namespace]
+        if key not in cache:
+            cache[key] = self.store.get_many(namespace, [key])[0]
+        return cache[key]
+
+    def put(self, namespace: str, key: bytes, value: bytes | None) -> None:
+        """Write into the overlay (None deletes)."""
+        self._cache[namespace][key] = value
+        self._dirty[namespace].add(key)
+
+    def commit(self, meta: dict[bytes, bytes | None] | None = None) -> None:
+        """Apply every held-back write, plus ``meta`` entries, as one atomic batch."""
+        for key, value in (meta or {}).items():
+            self.put("meta", key, value)
+        batch = {ns: {k: self._cache[ns][k] for k in keys} for ns, keys in self._dirty.items() if keys}
+        if batch:
+            self.store.write(batch)
+        self.discard()
+
+    def discard(self) -> None:
+        """Drop the overlay (uncommitted writes are lost)."""
+        for ns in NAMESPACES:
+            self._cache[ns].clear()
+            self._dirty[ns].clear()
+
+    def get_json(self, key: bytes) -> Any:
+        """A JSON value of the meta namespace, or None."""
+        raw = self.get("meta", key)
+        return None if raw is None else orjson.loads(raw)
+
+    def put_json(self, key: bytes, value: Any) -> None:
+        """Write a JSON value into the meta namespace (None deletes)."""
+        self.put("meta", key, None if value is None else orjson.dumps(value))
+
+    # -- documents --------------------------------------------------------------------------
+    def doc(self, doc_id: str) -> DocRecord | None:
+        """The record of a document, or None if unknown."""
+        raw = self.get("docs", _key(doc_id))
+        return None if raw is None else DocRecord.decode(raw)
+
+    def put_doc(self, doc_id: str, record: DocRecord | None) -> None:
+        """Write (or delete) a document record."""
+        self.put("docs", _key(doc_id), None if record is None else record.encode())
+
+    def document_json(self, doc_id: str) -> bytes | None:
+        """The original JSON of a document."""
+        return self.get("documents", _key(doc_id))
+
+    def put_document_json(self, doc_id: str, raw: bytes | None) -> None:
+        """Store (or delete) the original JSON of a document."""
+        self.put("documents", _key(doc_id), raw)
+
+    def signature(self, doc_id: str) -> np.ndarray | None:
+        """The MinHash signature of a document, or None."""
+        raw = self.get("sigs", _key(doc_id))
+        return None if raw is None else np.frombuffer(raw, dtype=_U32)
+
+    def put_signature(self, doc_id: str, signature: np.ndarray | None) -> None:
+        """Store (or delete) a signature, little-endian."""
+        self.put("sigs", _key(doc_id), None if signature is None else signature.astype(_U32).tobytes())
+
+    def shingle_set(self, doc_id: str) -> np.ndarray | None:
+        """The sorted unique shingle hashes of a document (exact mode), or None."""
+        raw = self.get("sets", _key(doc_id))
+        return None if raw is None else np.frombuffer(raw, dtype=_U32)
+
+    def put_shingle_set(self, doc_id: str, hashes: np.ndarray | None) -> None:
+        """Store (or delete) a shingle set, little-endian."""
+        self.put("sets", _key(doc_id), None if hashes is None else hashes.astype(_U32).tobytes())
+
+    # -- index ------------------------------------------------------------------------------
+    def _id_list(self, namespace: str, key: bytes) -> list[str]:
+        raw = self.get(namespace, key)
+        return [] if raw is None else list(orjson.loads(raw))
+
+    def _put_id_list(self, namespace: str, key: bytes, ids: list[str]) -> None:
+        self.put(namespace, key, orjson.dumps(ids) if ids else None)
+
+    def bucket(self, band_key: bytes) -> list[str]:
+        """Ids in an LSH bucket."""
+        return self._id_list("bands", band_key)
+
+    def put_bucket(self, band_key: bytes, ids: list[str]) -> None:
+        """Replace an LSH bucket (empty deletes it)."""
+        self._put_id_list("bands", band_key, ids)
+
+    def exact_group(self, content_hash: bytes) -> list[str]:
+        """Ids of the documents whose normalized text has this hash (first: the indexed one)."""
+        return self._id_list("exact", content_hash)
+
+    def put_exact_group(self, content_hash: bytes, ids: list[str]) -> None:
+        """Replace an exact-content group (empty deletes it)."""
+        self._put_id_list("exact", content_hash, ids)
+
+    def edges(self, doc_id: str) -> list[Edge]:
+        """Verified pairs of a document: ``(other id, similarity, exact)``."""
+        raw = self.get("edges", _key(doc_id))
+        return [] if raw is None else [(o, s, e) for o, s, e in orjson.loads(raw)]
+
+    def put_edges(self, doc_id: str, edges: list[Edge]) -> None:
+        """Replace a document's edges (empty deletes them)."""
+        self.put("edges", _key(doc_id), orjson.dumps(edges) if edges else None)
+
+    # -- union-find (ClusterStore protocol) --------------------------------------------------
+    def get_parent(self, doc_id: str) -> str | None:
+        """See :class:`~stream_dedupe.core.unionfind.ClusterStore`."""
+        raw = self.get("parent", _key(doc_id))
+        return None if raw is None else raw.decode("utf-8")
+
+    def set_parent(self, doc_id: str, parent: str | None) -> None:
+        """See :class:`~stream_dedupe.core.unionfind.ClusterStore`."""
+        self.put("parent", _key(doc_id), None if parent is None else _key(parent))
+
+    def get_cluster(self, root: str) -> ClusterInfo | None:
+        """See :class:`~stream_dedupe.core.unionfind.ClusterStore`."""
+        raw = self.get("clusters", _key(root))
+        if raw is None:
+            return None
+        size, label, (cid, length, updated) = orjson.loads(raw)
+        return ClusterInfo(size, label, CanonicalKey(cid, length, updated))
+
+    def set_cluster(self, root: str, info: ClusterInfo | None) -> None:
+        """See :class:`~stream_dedupe.core.unionfind.ClusterStore`."""
+        if info is None:
+            self.put("clusters", _key(root), None)
+            return
+        c = info.canonical
+        self.put("clusters", _key(root), orjson.dumps([info.size, info.label, [c.doc_id, c.length, c.updated_at_us]]))
+
+    def canonical_key(self, doc_id: str) -> CanonicalKey:
+        """See :class:`~stream_dedupe.core.unionfind.ClusterStore`."""
+        record = self.doc(doc_id)
+        if record is None:
+            raise KeyError(f"document {doc_id!r} is not in the state")
+        return CanonicalKey(doc_id, record.length, record.updated_at_us)
+
+    # -- scans (committed state only) -------------------------------------------------------
+    def doc_ids(self) -> Iterator[str]:
+        """Every known document id, in byte order of the id."""
+        for key, _ in self.store.items("docs"):
+            yield key.decode("utf-8")
