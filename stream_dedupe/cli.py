@@ -87,7 +87,7 @@ def dedupe(
     seed: Annotated[int | None, typer.Option(help="MinHash seed [default: 1].")] = None,
     shingle: Annotated[str | None, typer.Option(help="Shingles: word:K or char:K [default: word:3].")] = None,
     min_tokens: Annotated[int | None, typer.Option(help="Shorter documents: exact match only [default: 10].")] = None,
-    lsh_margin: Annotated[float | None, typer.Option(help="LSH tuned for threshold minus this [default: 0.1].")] = None,
+    lsh_margin: Annotated[float | None, typer.Option(help="LSH tuned for threshold minus this [default: 0.2].")] = None,
     bands: Annotated[int | None, typer.Option(help="LSH bands (with --rows) instead of the chosen ones.")] = None,
     rows: Annotated[int | None, typer.Option(help="Rows per LSH band (with --bands).")] = None,
     verify: Annotated[str | None, typer.Option(help="Verification: estimate or exact [default: estimate].")] = None,

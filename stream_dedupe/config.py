@@ -109,7 +109,7 @@ class DedupeParams:
     seed: int = 1
     shingle: ShingleSpec = field(default_factory=ShingleSpec)
     min_tokens: int = 10
-    lsh_margin: float = 0.1
+    lsh_margin: float = 0.2
     bands: int = 0
     rows: int = 0
     verify: VerifyMode = "estimate"

@@ -17,12 +17,13 @@ import numpy as np
 
 from stream_dedupe.config import DedupeParams, RuntimeLimits
 from stream_dedupe.core import events as ev
+from stream_dedupe.core.canonical import CanonicalKey
 from stream_dedupe.core.detach import detach
+from stream_dedupe.core.kernels import text_stats
 from stream_dedupe.core.lsh import band_keys
 from stream_dedupe.core.minhash import MinHasher
 from stream_dedupe.core.normalize import Normalizer
 from stream_dedupe.core.records import Document, Invalid
-from stream_dedupe.core.shingle import token_count
 from stream_dedupe.core.unionfind import ClusterInfo, UnionFind
 from stream_dedupe.core.verify import estimated_jaccard, exact_jaccard
 from stream_dedupe.errors import StateMismatchError
@@ -131,29 +132,35 @@ class DedupeEngine:
 
     # -- steps ------------------------------------------------------------------------------
     def _prepare(self, docs: list[Document]) -> list[_Prepared]:
-        prepared: list[_Prepared] = []
-        to_sign: list[tuple[_Prepared, bytes]] = []
-        for doc in docs:
-            normalized = self.normalizer.normalize(doc.text)
-            data = normalized.encode("utf-8")
-            item = _Prepared(doc, mmh3.hash_bytes(data), len(normalized), token_count(normalized))
-            prepared.append(item)
-            if item.tokens >= max(self.params.min_tokens, 1):
-                to_sign.append((item, data))
-        if to_sign:
-            hashes, bounds = self.hasher.shingle_hashes([data for _, data in to_sign])
-            signatures = self.hasher.signatures_from_hashes(hashes, bounds)
-            bands, rows = self.params.band_layout
-            keys = band_keys(signatures, bands, rows)
-            for row, (item, _) in enumerate(to_sign):
-                item.signature = signatures[row]
-                item.keys = keys[row]
-                if self.params.verify == "exact":
-                    item.shingle_set = np.unique(hashes[bounds[row] : bounds[row + 1]])
-            self.state.prefetch("bands", [k for item, _ in to_sign for k in item.keys or ()])
+        buf, offsets = self.normalizer.normalize_batch([d.text for d in docs])
+        data = buf.tobytes()
+        chars, tokens = text_stats(buf, offsets)
+        bounds = offsets.tolist()
+        prepared = [
+            _Prepared(doc, mmh3.hash_bytes(data[bounds[i] : bounds[i + 1]]), int(chars[i]), int(tokens[i]))
+            for i, doc in enumerate(docs)
+        ]
+        if docs:
+            self._sign(prepared, buf, offsets)
         self.state.prefetch("docs", [p.doc.doc_id.encode("utf-8") for p in prepared])
         self.state.prefetch("exact", [p.content_hash for p in prepared])
         return prepared
+
+    def _sign(self, prepared: list[_Prepared], buf: np.ndarray, offsets: np.ndarray) -> None:
+        """MinHash and band keys for every document long enough for near-duplicate matching."""
+        hashes, bounds = self.hasher.shingle_hashes_packed(buf, offsets)
+        signatures = self.hasher.signatures_from_hashes(hashes, bounds)
+        bands, rows = self.params.band_layout
+        keys = band_keys(signatures, bands, rows)
+        min_tokens = max(self.params.min_tokens, 1)
+        for row, item in enumerate(prepared):
+            if item.tokens < min_tokens:
+                continue
+            item.signature = signatures[row]
+            item.keys = keys[row]
+            if self.params.verify == "exact":
+                item.shingle_set = np.unique(hashes[bounds[row] : bounds[row + 1]])
+        self.state.prefetch("bands", [k for item in prepared for k in item.keys or ()])
 
     def _decide(self, item: _Prepared) -> list[ev.Event]:
         doc = item.doc
@@ -183,8 +190,10 @@ class DedupeEngine:
             if item.shingle_set is not None:
                 state.put_shingle_set(doc.doc_id, item.shingle_set)
         if not matches:
+            # No verified pair and no parent (a replaced document was detached): a singleton.
             self.counters["new"] += 1
-            events.insert(0, ev.document_event("new", doc.doc_id, self.uf.cluster_of(doc.doc_id)))
+            alone = ClusterInfo(1, doc.doc_id, CanonicalKey(doc.doc_id, item.length, doc.updated_at_us))
+            events.insert(0, ev.document_event("new", doc.doc_id, alone))
             return events
         return [*self._join(doc.doc_id, matches), *events]
 
@@ -192,14 +201,8 @@ class DedupeEngine:
         state = self.state
         doc_id = item.doc.doc_id
         assert item.keys is not None and item.signature is not None
-        candidates: set[str] = set()
-        for key in item.keys:
-            bucket = state.bucket(key)
-            candidates.update(bucket)
-            if len(bucket) < self.limits.max_bucket_size:
-                state.put_bucket(key, [*bucket, doc_id])
-            else:
-                self.counters["hot_bucket_skips"] += 1
+        candidates, full = state.add_to_buckets(item.keys, doc_id, self.limits.max_bucket_size)
+        self.counters["hot_bucket_skips"] += full
         candidates.discard(doc_id)
         self.counters["candidates"] += len(candidates)
         matches = []

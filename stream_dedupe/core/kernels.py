@@ -152,3 +152,47 @@ def minhash_signatures(  # pragma: no cover - jit
                 if v < row[p]:
                     row[p] = v
     return out
+
+
+@njit(cache=True)
+def compact_spaces(buf: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
+    """Collapse runs of spaces (byte 32) to one and strip them at both ends, per document."""
+    out = np.empty(buf.shape[0], dtype=np.uint8)
+    new_offsets = np.zeros(offsets.shape[0], dtype=np.int64)
+    w = 0
+    for d in range(offsets.shape[0] - 1):
+        pending_space = False
+        start = w
+        for i in range(offsets[d], offsets[d + 1]):
+            c = buf[i]
+            if c == 32:
+                pending_space = w > start
+            else:
+                if pending_space:
+                    out[w] = 32
+                    w += 1
+                    pending_space = False
+                out[w] = c
+                w += 1
+        new_offsets[d + 1] = w
+    return out[:w], new_offsets
+
+
+@njit(cache=True)
+def text_stats(buf: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
+    """Per document of normalized UTF-8: (code points, tokens)."""
+    n = offsets.shape[0] - 1
+    chars = np.zeros(n, dtype=np.int64)
+    tokens = np.zeros(n, dtype=np.int64)
+    for d in range(n):
+        c = 0
+        spaces = 0
+        for i in range(offsets[d], offsets[d + 1]):
+            b = buf[i]
+            if (b & 0xC0) != 0x80:
+                c += 1
+            if b == 32:
+                spaces += 1
+        chars[d] = c
+        tokens[d] = spaces + 1 if offsets[d + 1] > offsets[d] else 0
+    return chars, tokens

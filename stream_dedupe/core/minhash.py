@@ -46,7 +46,10 @@ class MinHasher:
 
     def shingle_hashes(self, texts: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
         """Per-document shingle hashes (in order, with repeats) and their bounds."""
-        buf, offsets = pack(texts)
+        return self.shingle_hashes_packed(*pack(texts))
+
+    def shingle_hashes_packed(self, buf: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`shingle_hashes` of texts already packed by :func:`pack`."""
         hashes, bounds = kernels.shingle_hashes(buf, offsets, self._kind, self.shingle.size, SHINGLE_HASH_SEED)
         return hashes, bounds
 

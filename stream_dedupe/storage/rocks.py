@@ -10,14 +10,19 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from rocksdict import DBCompressionType, Options, Rdict, WriteBatch
+from rocksdict import BlockBasedOptions, DBCompressionType, Options, Rdict, WriteBatch
 
 from stream_dedupe.errors import StateError
 from stream_dedupe.storage.base import NAMESPACES, WriteSet
 
 
-def _options() -> Any:
+def _options(bloom: bool = False) -> Any:
     opts = Options(raw_mode=True)
+    if bloom:
+        # Most LSH and document lookups miss: a bloom filter answers those without a disk read.
+        table = BlockBasedOptions()
+        table.set_bloom_filter(10, False)
+        opts.set_block_based_table_factory(table)
     opts.create_if_missing(True)
     opts.create_missing_column_families(True)
     opts.set_compression_type(DBCompressionType.lz4())
@@ -40,7 +45,7 @@ class RocksStore:
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             opts = _options()
-            self._db = Rdict(str(self.path), opts, column_families={ns: _options() for ns in NAMESPACES})
+            self._db = Rdict(str(self.path), opts, column_families={ns: _options(bloom=True) for ns in NAMESPACES})
         except Exception as exc:
             text = str(exc)
             if "lock" in text.lower():

@@ -165,6 +165,31 @@ class StateView:
         """Replace an LSH bucket (empty deletes it)."""
         self._put_id_list("bands", band_key, ids)
 
+    def add_to_buckets(self, keys: Sequence[bytes], doc_id: str, cap: int) -> tuple[set[str], int]:
+        """Look up and join the LSH buckets of ``keys`` in one pass (the engine's hot loop).
+
+        Returns:
+            ``(members found, buckets that were full)``: ``doc_id`` is not added to full buckets.
+        """
+        cache, dirty = self._cache["bands"], self._dirty["bands"]
+        found: set[str] = set()
+        full = 0
+        single = orjson.dumps([doc_id])
+        for key in keys:
+            raw = cache[key] if key in cache else self.get("bands", key)
+            if raw is None:
+                cache[key] = single
+            else:
+                members = orjson.loads(raw)
+                found.update(members)
+                if len(members) >= cap:
+                    full += 1
+                    continue
+                members.append(doc_id)
+                cache[key] = orjson.dumps(members)
+            dirty.add(key)
+        return found, full
+
     def exact_group(self, content_hash: bytes) -> list[str]:
         """Ids of the documents whose normalized text has this hash (first: the indexed one)."""
         return self._id_list("exact", content_hash)

@@ -1,0 +1,3 @@
+from stream_dedupe.cli import main
+
+main()
