@@ -21,7 +21,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 StateOpt = Annotated[Path, typer.Option("--state", help="State directory (RocksDB); created if missing.")]
 
@@ -206,5 +206,5 @@ def main() -> None:
     try:
         app()
     except StreamDedupeError as exc:
-        err.print(f"[red]error:[/] {exc}")
+        sys.stderr.write(f"error: {exc}\n")  # plain text: messages must not be re-wrapped
         sys.exit(2)

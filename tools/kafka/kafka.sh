@@ -57,16 +57,18 @@ fetch_jars() {
   [[ -f "$LIB_MARKER" ]] && return 0
   mkdir -p "$CACHE_DIR"
   exec 8>"$CACHE_DIR/.fetch.lock"
-  flock 8                       # concurrent starts: only one downloads
+  flock -w 900 8 || die "timed out waiting for another download (lock $CACHE_DIR/.fetch.lock)"
   if [[ -f "$LIB_MARKER" ]]; then exec 8>&-; return 0; fi
   command -v mvn >/dev/null 2>&1 || die "mvn not found; needed once to download Kafka $KAFKA_VERSION jars"
   log "downloading Kafka $KAFKA_VERSION jars with Maven into $LIB_DIR (one-time)"
   rm -rf "$LIB_DIR"             # a previous half-finished download is redone
   local t0=$SECONDS
-  if ! mvn -q -B -f "$POM" -Dkafka.version="$KAFKA_VERSION" \
-        dependency:copy-dependencies -DoutputDirectory="$LIB_DIR" -DincludeScope=runtime >&2; then
+  if ! mvn -B -f "$POM" -Dkafka.version="$KAFKA_VERSION" \
+        dependency:copy-dependencies -DoutputDirectory="$LIB_DIR" -DincludeScope=runtime \
+        > "$CACHE_DIR/mvn.log" 2>&1; then
+    tail -n 40 "$CACHE_DIR/mvn.log" >&2
     rm -rf "$LIB_DIR"
-    die "maven download of Kafka $KAFKA_VERSION failed"
+    die "maven download of Kafka $KAFKA_VERSION failed (full log: $CACHE_DIR/mvn.log)"
   fi
   [[ -f "$LIB_DIR/kafka_2.13-$KAFKA_VERSION.jar" ]] || { rm -rf "$LIB_DIR"; die "kafka_2.13-$KAFKA_VERSION.jar missing after download"; }
   ls "$LIB_DIR" > "$LIB_MARKER"
@@ -75,6 +77,12 @@ fetch_jars() {
 }
 
 # --------------------------------------------------------------- process ---
+lock_run_dir() {  # serialises start/stop of the same run dir (fd 9, released on exit)
+  mkdir -p "$RUN_DIR"
+  exec 9>"$RUN_DIR/.lock"
+  flock -w 180 9 || die "timed out waiting for lock $RUN_DIR/.lock (another kafka.sh start/stop?)"
+}
+
 # Prints the pid if the pid file names a live broker of *this* run dir.
 running_pid() {
   [[ -f "$PID_FILE" ]] || return 1
@@ -156,6 +164,15 @@ EOF
     printf '\n# KAFKA_EXTRA_CONFIG\n%s\n' "$KAFKA_EXTRA_CONFIG" >> "$SERVER_PROPS"
   fi
 
+  # StorageTool (format) only reports warnings, to format.out
+  cat > "$RUN_DIR/log4j-tools.properties" <<EOF
+log4j.rootLogger=WARN, stderr
+log4j.appender.stderr=org.apache.log4j.ConsoleAppender
+log4j.appender.stderr.Target=System.err
+log4j.appender.stderr.layout=org.apache.log4j.PatternLayout
+log4j.appender.stderr.layout.ConversionPattern=[%d] %p %m (%c)%n
+EOF
+
   cat > "$LOG4J_PROPS" <<EOF
 log4j.rootLogger=INFO, file
 log4j.appender.file=org.apache.log4j.FileAppender
@@ -178,8 +195,7 @@ new_cluster_id() {  # 16 random bytes, base64url without padding (Kafka Uuid for
 # -------------------------------------------------------------- commands ---
 cmd_start() {
   mkdir -p "$RUN_DIR"
-  exec 9>"$RUN_DIR/.lock"
-  flock 9
+  lock_run_dir
 
   local pid
   if pid="$(running_pid)"; then
@@ -202,11 +218,12 @@ cmd_start() {
   : > "$OUT_FILE"
 
   local jvm_common=(-Djava.awt.headless=true -Djava.net.preferIPv4Stack=true
-                    -Dlog4j.configuration="file:$LOG4J_PROPS" -Dkafka.logs.dir="$RUN_DIR"
-                    -XX:+UseSerialGC)
+                    -Dkafka.logs.dir="$RUN_DIR" -XX:+UseSerialGC)
   local cluster_id
   cluster_id="$(new_cluster_id)"
-  if ! "$java" -Xmx256m -XX:TieredStopAtLevel=1 "${jvm_common[@]}" -cp "$LIB_DIR/*" kafka.tools.StorageTool \
+  # Short-lived tool JVM: C1 only starts faster.
+  if ! "$java" -Xmx256m -XX:TieredStopAtLevel=1 "${jvm_common[@]}" \
+        -Dlog4j.configuration="file:$RUN_DIR/log4j-tools.properties" -cp "$LIB_DIR/*" kafka.tools.StorageTool \
         format -t "$cluster_id" -c "$SERVER_PROPS" > "$RUN_DIR/format.out" 2>&1; then
     cat "$RUN_DIR/format.out" >&2
     die "kafka.tools.StorageTool format failed"
@@ -214,9 +231,9 @@ cmd_start() {
 
   # shellcheck disable=SC2086  # HEAP_OPTS is a list of JVM flags
   setsid bash -c 'echo $$ > "$1"; shift; exec "$@"' _ "$PID_FILE" \
-    "$java" $HEAP_OPTS "${jvm_common[@]}" \
+    "$java" $HEAP_OPTS "${jvm_common[@]}" -Dlog4j.configuration="file:$LOG4J_PROPS" \
     -cp "$LIB_DIR/*" kafka.Kafka "$SERVER_PROPS" \
-    > "$OUT_FILE" 2>&1 < /dev/null &
+    > "$OUT_FILE" 2>&1 < /dev/null 9>&- &   # 9>&-: the broker must not inherit the run-dir lock
   local launcher=$!
 
   # Ready = our process alive + "Kafka Server started" logged + PLAINTEXT port accepting.
@@ -246,8 +263,7 @@ cmd_start() {
 
 cmd_stop() {
   mkdir -p "$RUN_DIR"
-  exec 9>"$RUN_DIR/.lock"
-  flock 9
+  lock_run_dir
   local pid
   if pid="$(running_pid)"; then
     kill_pid "$pid"

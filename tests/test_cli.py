@@ -1,0 +1,194 @@
+"""The embedded command end to end, as a user runs it (a real subprocess, real RocksDB)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import orjson
+
+from .conftest import NEWSGROUPS, shared_file
+
+CLI = [sys.executable, "-m", "stream_dedupe"]
+MAIL_HEADER_BLOCK = r"(?s)\A.*?\n\n"  # everything up to the first blank line, as the corpus defines "body"
+
+
+def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=600)
+    if check and result.returncode != 0:
+        raise AssertionError(f"exit {result.returncode}\nstdout:{result.stdout}\nstderr:{result.stderr}")
+    return result
+
+
+def read_jsonl(path: Path) -> list[dict[str, object]]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+
+
+def doc_events(events: list[dict[str, object]]) -> list[dict[str, object]]:
+    return [e for e in events if e["event"] in ("new", "duplicate-of", "unchanged", "invalid")]
+
+
+def test_newsgroups_exact_duplicate_bodies_share_a_cluster(tmp_path: Path, newsgroups: list[dict[str, object]]) -> None:
+    events, deduped = tmp_path / "events.jsonl", tmp_path / "deduped.jsonl"
+    result = cli("dedupe", str(shared_file(NEWSGROUPS)), "--state", str(tmp_path / "s"), "--events", str(events),
+                 "--deduped", str(deduped), "--strip-pattern", MAIL_HEADER_BLOCK, "--no-progress")
+    assert "stream-dedupe summary" in result.stderr
+    evs = read_jsonl(events)
+    assert [e["id"] for e in doc_events(evs)] == [d["id"] for d in newsgroups]
+    cluster_of = {}
+    for e in read_jsonl(events):
+        if e["event"] in ("new", "duplicate-of"):
+            cluster_of[e["id"]] = e["cluster"]
+    # cluster labels in events can change later (merges); use the final export
+    clusters = cli("clusters", "--state", str(tmp_path / "s"), "--min-size", "1")
+    final = {}
+    for line in clusters.stdout.splitlines():
+        c = orjson.loads(line)
+        for m in c["members"]:
+            final[m] = c["cluster"]
+    assert set(final) == {d["id"] for d in newsgroups}
+    groups: dict[str, list[str]] = defaultdict(list)
+    for d in newsgroups:
+        if int(d["body_dup_group_size"]) > 1:  # type: ignore[call-overload]
+            body = str(d["text"]).split("\n\n", 1)
+            groups[body[1].strip() if len(body) == 2 else ""].append(str(d["id"]))
+    assert sum(len(g) for g in groups.values()) == 144
+    for ids in groups.values():
+        assert len({final[i] for i in ids}) == 1, ids
+    # one canonical document per cluster
+    canon = read_jsonl(deduped)
+    assert len(canon) == len(set(final.values()))
+    assert len({c["id"] for c in canon}) == len(canon)
+
+
+def test_bad_input_yields_invalid_events_and_strict_fails(tmp_path: Path) -> None:
+    lines = [
+        b'{"id": "a", "text": "a perfectly fine document with enough words to be signed by minhash ok"}',
+        b"not json at all",
+        b'{"text": "no id"}',
+        b'{"id": "b", "text": 42}',
+        b'{"id": "c", "text": "bad \xff utf8"}',
+        b"",
+        b'{"id": "big", "text": "' + b"x " * 400 + b'"}',
+        b'{"id": "d", "text": "a perfectly fine document with enough words to be signed by minhash ok!"}',
+    ]
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    events = tmp_path / "ev.jsonl"
+    args = ("dedupe", str(path), "--state", str(tmp_path / "s"), "--events", str(events), "--no-progress",
+            "--max-doc-bytes", "400")
+    assert cli(*args).returncode == 0
+    evs = doc_events(read_jsonl(events))
+    assert len(evs) == len(lines)
+    reasons = [(e.get("line"), e.get("reason")) for e in evs if e["event"] == "invalid"]
+    assert reasons == [(2, "not-json"), (3, "missing-id"), (4, "bad-text"), (5, "invalid-utf8"), (6, "not-json"),
+                       (7, "too-large")]
+    assert evs[-1]["event"] == "duplicate-of" and evs[-1]["of"] == "a"
+    strict = cli(*args, "--strict", check=False)
+    assert strict.returncode == 1 and "invalid record" in strict.stderr
+
+
+def test_parameter_mismatch_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b'{"id": "a", "text": "hello"}\n')
+    cli("dedupe", str(path), "--state", str(tmp_path / "s"), "--no-progress")
+    # no parameters given: the state's are used
+    cli("dedupe", str(path), "--state", str(tmp_path / "s"), "--no-progress")
+    bad = cli("dedupe", str(path), "--state", str(tmp_path / "s"), "--num-perm", "64", "--no-progress", check=False)
+    assert bad.returncode == 2
+    assert "num_perm: state has 128" in bad.stderr and "new directory" in bad.stderr
+    missing = cli("dedupe", str(tmp_path / "nope.jsonl"), "--state", str(tmp_path / "s"), check=False)
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+
+
+def _final_clusters(state: Path) -> list[str]:
+    return cli("clusters", "--state", str(state)).stdout.splitlines()
+
+
+def test_interrupt_and_resume_equals_clean_run(tmp_path: Path) -> None:
+    source = shared_file(NEWSGROUPS)
+    clean = tmp_path / "clean"
+    cli("dedupe", str(source), "--state", str(clean), "--no-progress")
+    state, events = tmp_path / "s", tmp_path / "ev.jsonl"
+    args = [*CLI, "dedupe", str(source), "--state", str(state), "--events", str(events), "--batch-size", "64",
+            "--no-progress"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (not events.exists() or events.stat().st_size < 200_000):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "resume" in stderr
+    partial = doc_events(read_jsonl(events))
+    assert 0 < len(partial) < 18846
+    resumed = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed after line" in resumed.stderr
+    evs = doc_events(read_jsonl(events))
+    assert len(evs) == 18846
+    assert len({e["id"] for e in evs}) == 18846  # nothing decided twice
+    assert all(e["event"] != "unchanged" for e in evs)
+    assert _final_clusters(state) == _final_clusters(clean)
+
+
+def test_kill_9_leaves_a_consistent_state(tmp_path: Path) -> None:
+    source = shared_file(NEWSGROUPS)
+    clean = tmp_path / "clean"
+    cli("dedupe", str(source), "--state", str(clean), "--no-progress")
+    state, events = tmp_path / "s", tmp_path / "ev.jsonl"
+    args = [*CLI, "dedupe", str(source), "--state", str(state), "--events", str(events), "--batch-size", "64",
+            "--no-progress"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (not events.exists() or events.stat().st_size < 300_000):
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    cli(*args[3:])
+    evs = doc_events(read_jsonl(events))
+    by_id: dict[str, list[bytes]] = defaultdict(list)
+    for e in evs:
+        e.pop("seq")
+        by_id[str(e["id"])].append(orjson.dumps(e, option=orjson.OPT_SORT_KEYS))
+    assert len(by_id) == 18846
+    # a batch whose events were written but not committed is decided again, identically
+    assert all(len(set(v)) == 1 for v in by_id.values())
+    assert _final_clusters(state) == _final_clusters(clean)
+
+
+def test_explain_pair_from_state_and_from_files(tmp_path: Path) -> None:
+    base = " ".join(f"word{i}" for i in range(60))
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(orjson.dumps({"id": "a", "text": base}) + b"\n" +
+                     orjson.dumps({"id": "b", "text": base + " and one more"}) + b"\n")
+    cli("dedupe", str(path), "--state", str(tmp_path / "s"), "--no-progress")
+    out = cli("explain", "a", "b", "--state", str(tmp_path / "s")).stdout
+    assert "duplicate" in out and "exact Jaccard" in out and "colliding LSH bands" in out
+    assert "0.9508" in out  # exact: 58 shared word 3-grams of 61
+    (tmp_path / "x.txt").write_text(base)
+    (tmp_path / "y.txt").write_text("something else entirely")
+    out = cli("explain", str(tmp_path / "x.txt"), str(tmp_path / "y.txt")).stdout
+    assert "not a duplicate" in out and "0.0000" in out
+    missing = cli("explain", "a", "zzz", "--state", str(tmp_path / "s"), check=False)
+    assert missing.returncode == 2 and "not in the state" in missing.stderr
+
+
+def test_stdin_and_gzip_inputs(tmp_path: Path) -> None:
+    import gzip
+
+    data = b'{"id": "a", "text": "hello there"}\n{"id": "b", "text": "Hello, there!"}\n'
+    (tmp_path / "in.jsonl.gz").write_bytes(gzip.compress(data))
+    cli("dedupe", str(tmp_path / "in.jsonl.gz"), "--state", str(tmp_path / "s1"), "--events", str(tmp_path / "e1"),
+        "--no-progress")
+    result = subprocess.run([*CLI, "dedupe", "-", "--state", str(tmp_path / "s2"), "--events", "-", "--no-progress"],
+                            input=data, capture_output=True, timeout=120)
+    assert result.returncode == 0
+    from_stdin = [orjson.loads(x) for x in result.stdout.splitlines()]
+    assert from_stdin == read_jsonl(tmp_path / "e1")
+    assert from_stdin[1]["event"] == "duplicate-of" and from_stdin[1]["exact"] is True

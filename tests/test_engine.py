@@ -1,0 +1,159 @@
+"""The engine on both storage adapters: decisions, events, verification, state rules."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+
+import pytest
+
+from stream_dedupe.config import DedupeParams, RuntimeLimits, ShingleSpec
+from stream_dedupe.core.engine import DedupeEngine
+from stream_dedupe.core.normalize import Normalizer
+from stream_dedupe.core.shingle import shingle_hash, shingles
+from stream_dedupe.errors import StateMismatchError
+from stream_dedupe.exports import iter_clusters
+from stream_dedupe.storage.base import KVStore
+from stream_dedupe.storage.memory import MemoryStore
+
+from .helpers import corpus, doc, text
+
+
+def run_all(engine: DedupeEngine, items: list[tuple[str, str]], batch: int = 16) -> list[dict[str, object]]:
+    events = []
+    for i in range(0, len(items), batch):
+        events += engine.process([doc(d, t) for d, t in items[i : i + batch]])
+        engine.commit()
+    return events
+
+
+def exact_jaccard(a: str, b: str, spec: ShingleSpec) -> float:
+    n = Normalizer()
+    sa = {shingle_hash(s) for s in shingles(n.normalize(a), spec)}
+    sb = {shingle_hash(s) for s in shingles(n.normalize(b), spec)}
+    return len(sa & sb) / len(sa | sb)
+
+
+def final_clusters(store: KVStore) -> list[tuple[str, str, tuple[str, ...]]]:
+    return [(str(c["cluster"]), str(c["canonical"]), tuple(c["members"])) for c in iter_clusters(store)]  # type: ignore[arg-type]
+
+
+def test_one_document_event_per_record_and_families_found(store: KVStore) -> None:
+    items = corpus()
+    events = run_all(DedupeEngine(DedupeParams(), store), items)
+    doc_events = [e for e in events if e["event"] in ("new", "duplicate-of", "unchanged", "invalid")]
+    assert [e["id"] for e in doc_events] == [d for d, _ in items]
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    clusters = final_clusters(store)
+    families = defaultdict(set)
+    for d, _ in items:
+        if d.startswith("f"):
+            families[d.split("-")[0]].add(d)
+    found = {frozenset(c[2]) for c in clusters}
+    assert found == {frozenset(v) for v in families.values()}
+
+
+def test_exact_and_short_documents(store: KVStore) -> None:
+    engine = DedupeEngine(DedupeParams(min_tokens=10), store)
+    long = text(random.Random(1))
+    events = run_all(engine, [("a", long), ("b", long.upper() + "!!"), ("s1", "Hello   world"), ("s2", "hello, WORLD"),
+                              ("s3", "hello world again")])
+    by_id = {e["id"]: e for e in events if e["event"] in ("new", "duplicate-of")}
+    assert by_id["b"]["event"] == "duplicate-of" and by_id["b"]["exact"] is True and by_id["b"]["of"] == "a"
+    assert by_id["s2"]["event"] == "duplicate-of" and by_id["s2"]["exact"] is True
+    assert by_id["s3"]["event"] == "new"  # short: exact matching only
+
+
+def test_candidates_below_threshold_never_become_duplicates(store: KVStore) -> None:
+    # One row per band over-returns massively: verification must reject the extra candidates.
+    params = DedupeParams(threshold=0.8, bands=64, rows=1, num_perm=64)
+    rng = random.Random(3)
+    base = text(rng, 200)
+    items = [("base", base)] + [(f"e{i}", " ".join(base.split()[: 200 - 10 * i]) + " " + text(rng, 10 * i))
+                                for i in range(1, 8)]
+    engine = DedupeEngine(params, store)
+    events = run_all(engine, items)
+    texts = dict(items)
+    assert engine.counters["rejected_candidates"] > 0
+    for e in events:
+        if e["event"] == "duplicate-of":
+            assert e["similarity"] >= 0.8
+            assert exact_jaccard(texts[str(e["id"])], texts[str(e["of"])], params.shingle) > 0.6
+
+
+def test_exact_verification_mode_uses_true_jaccard(store: KVStore) -> None:
+    params = DedupeParams(verify="exact", bands=64, rows=1, num_perm=64)
+    items = corpus(seed=11, families=10)
+    texts = dict(items)
+    events = run_all(DedupeEngine(params, store), items)
+    dups = [e for e in events if e["event"] == "duplicate-of"]
+    assert dups
+    for e in dups:
+        assert e["similarity"] == pytest.approx(exact_jaccard(texts[str(e["id"])], texts[str(e["of"])], params.shingle),
+                                                abs=1e-6)
+
+
+def test_unchanged_and_replaced_content(store: KVStore) -> None:
+    rng = random.Random(5)
+    base = text(rng)
+    engine = DedupeEngine(DedupeParams(), store)
+    run_all(engine, [("a", base), ("b", base + " tail words here")])
+    again = run_all(engine, [("a", base)])
+    assert again[0]["event"] == "unchanged" and again[0]["cluster"] == "a"
+    changed = run_all(engine, [("b", text(rng))])
+    assert changed[0]["event"] == "new"
+    assert {"event": "canonical-changed", "previous": "b", "canonical": "a"}.items() <= changed[1].items()
+    assert final_clusters(store) == []
+    # the old content of b no longer matches anything: a copy of it joins nobody but a
+    later = run_all(engine, [("c", base + " tail words here")])
+    assert later[0]["event"] == "duplicate-of" and later[0]["of"] == "a"
+
+
+def test_bridge_document_merges_and_removal_splits(store: KVStore) -> None:
+    rng = random.Random(9)
+    left, right = text(rng, 60), text(rng, 60)
+    # J(left, left+right) = J(right, left+right) ~ 0.49 and J(left, right) = 0 (exact verification).
+    engine = DedupeEngine(DedupeParams(threshold=0.45, lsh_margin=0.15, verify="exact"), store)
+    events = run_all(engine, [("l", left), ("r", right), ("x", left + " " + right)])
+    x_events = [e for e in events if e["id"] == "x"]
+    assert x_events[0]["event"] == "duplicate-of" and x_events[0]["canonical"] == "x"
+    merged = [e for e in x_events if e["event"] == "clusters-merged"]
+    assert len(merged) == 1 and merged[0]["merged"] == ["l", "r"] and merged[0]["cluster"] == "l"
+    assert final_clusters(store) == [("l", "x", ("l", "r", "x"))]
+    split = run_all(engine, [("x", text(rng, 80))])
+    assert split[0]["event"] == "new"
+    split_event = next(e for e in split if e["event"] == "cluster-split")
+    assert split_event["cluster"] == "l" and split_event["previous"] == "x"
+    assert sorted(c["cluster"] for c in split_event["clusters"]) == ["l", "r"]
+    assert final_clusters(store) == []
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_final_clusters_do_not_depend_on_order_or_batching(seed: int) -> None:
+    items = corpus(seed=21, families=25, copies=4)
+    reference = MemoryStore()
+    run_all(DedupeEngine(DedupeParams(), reference), items, batch=1000)
+    shuffled = list(items)
+    random.Random(seed).shuffle(shuffled)
+    other = MemoryStore()
+    run_all(DedupeEngine(DedupeParams(), other), shuffled, batch=seed * 7)
+    assert final_clusters(other) == final_clusters(reference)
+
+
+def test_parameters_are_stored_and_checked(store: KVStore) -> None:
+    DedupeEngine(DedupeParams(num_perm=128), store).commit()
+    DedupeEngine(DedupeParams(num_perm=128), store)  # same: fine
+    with pytest.raises(StateMismatchError, match="num_perm: state has 128, this run asks for 64.*new directory"):
+        DedupeEngine(DedupeParams(num_perm=64), store)
+    with pytest.raises(StateMismatchError, match="shingle"):
+        DedupeEngine(DedupeParams(shingle=ShingleSpec("char", 5)), store)
+
+
+def test_hot_buckets_are_capped(store: KVStore) -> None:
+    body = text(random.Random(2))
+    items = [(f"d{i}", body + f" x{i} y{i} z{i}") for i in range(8)]
+    engine = DedupeEngine(DedupeParams(), store, RuntimeLimits(max_bucket_size=3))
+    run_all(engine, items)
+    assert engine.counters["hot_bucket_skips"] > 0
+    clusters = final_clusters(store)
+    assert len(clusters) == 1 and len(clusters[0][2]) == 8

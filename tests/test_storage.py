@@ -1,0 +1,59 @@
+"""One test suite for both storage adapters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stream_dedupe.errors import StateError
+from stream_dedupe.storage.base import KVStore
+from stream_dedupe.storage.rocks import RocksStore
+from stream_dedupe.storage.state import StateView
+
+
+def test_get_write_delete_items(store: KVStore) -> None:
+    store.write({"docs": {b"b": b"2", b"a": b"1"}, "bands": {b"k": b"v"}})
+    assert store.get_many("docs", [b"a", b"missing", b"b"]) == [b"1", None, b"2"]
+    assert list(store.items("docs")) == [(b"a", b"1"), (b"b", b"2")]
+    store.write({"docs": {b"a": None}})
+    assert list(store.items("docs")) == [(b"b", b"2")]
+    assert list(store.items("bands")) == [(b"k", b"v")]  # namespaces are separate
+    assert store.get_many("docs", []) == []
+
+
+def test_overlay_holds_writes_until_commit(store: KVStore) -> None:
+    view = StateView(store)
+    view.put("docs", b"x", b"1")
+    assert view.get("docs", b"x") == b"1"
+    assert store.get_many("docs", [b"x"]) == [None]
+    view.commit({b"seq": b"7"})
+    assert store.get_many("docs", [b"x"]) == [b"1"]
+    assert store.get_many("meta", [b"seq"]) == [b"7"]
+    view.put("docs", b"y", b"2")
+    view.discard()
+    assert store.get_many("docs", [b"y"]) == [None]
+
+
+def test_buckets_cap_and_collect(store: KVStore) -> None:
+    view = StateView(store)
+    found, full = view.add_to_buckets([b"k1", b"k2"], "a", cap=2)
+    assert found == set() and full == 0
+    view.commit()
+    found, full = view.add_to_buckets([b"k1"], "b", cap=2)
+    assert found == {"a"} and full == 0
+    found, full = view.add_to_buckets([b"k1"], "c", cap=2)
+    assert found == {"a", "b"} and full == 1
+    assert view.bucket(b"k1") == ["a", "b"]
+
+
+def test_rocks_state_survives_reopen_and_is_locked(tmp_path: Path) -> None:
+    first = RocksStore(tmp_path / "s")
+    first.write({"docs": {b"a": b"1"}})
+    with pytest.raises(StateError, match="in use by another"):
+        RocksStore(tmp_path / "s")
+    first.close()
+    again = RocksStore(tmp_path / "s")
+    assert again.get_many("docs", [b"a"]) == [b"1"]
+    assert again.disk_bytes() > 0
+    again.close()
