@@ -29,6 +29,7 @@ class ShingleSpec:
     Attributes:
         kind: ``word`` for word k-grams, ``char`` for character k-grams (short, noisy text).
         size: k, the number of words or characters per shingle.
+
     """
 
     kind: ShingleKind = "word"
@@ -36,9 +37,13 @@ class ShingleSpec:
 
     def __post_init__(self) -> None:
         if self.kind not in ("word", "char"):
-            raise ConfigError(f"shingle kind must be 'word' or 'char', got {self.kind!r} (e.g. --shingle word:3)")
+            raise ConfigError(
+                f"shingle kind must be 'word' or 'char', got {self.kind!r} (e.g. --shingle word:3)"
+            )
         if not 1 <= self.size <= 64:
-            raise ConfigError(f"shingle size must be between 1 and 64, got {self.size} (e.g. --shingle word:3)")
+            raise ConfigError(
+                f"shingle size must be between 1 and 64, got {self.size} (e.g. --shingle word:3)"
+            )
 
     @classmethod
     def parse(cls, text: str) -> ShingleSpec:
@@ -46,6 +51,7 @@ class ShingleSpec:
 
         Raises:
             ConfigError: if the text is not ``KIND:SIZE``.
+
         """
         match = re.fullmatch(r"\s*(word|char)\s*:\s*(\d+)\s*", text)
         if not match:
@@ -65,6 +71,7 @@ class NormalizationConfig:
         strip_patterns: Regular expressions removed wherever they match (multi-line mode).
         header_patterns: Leading lines are dropped while they match one of these (a header block).
         footer_patterns: Trailing lines are dropped while they match one of these (a footer block).
+
     """
 
     strip_patterns: tuple[str, ...] = ()
@@ -102,6 +109,7 @@ class DedupeParams:
         rows: Rows per band; chosen with ``bands`` when 0.
         verify: ``estimate`` (MinHash estimate) or ``exact`` (exact Jaccard on stored shingle sets).
         normalization: Boilerplate removal.
+
     """
 
     threshold: float = 0.8
@@ -119,7 +127,9 @@ class DedupeParams:
         if not 0.0 < self.threshold <= 1.0:
             raise ConfigError(f"threshold must be in (0, 1], got {self.threshold} (e.g. --threshold 0.8)")
         if not 16 <= self.num_perm <= 1024:
-            raise ConfigError(f"num_perm must be between 16 and 1024, got {self.num_perm} (e.g. --num-perm 128)")
+            raise ConfigError(
+                f"num_perm must be between 16 and 1024, got {self.num_perm} (e.g. --num-perm 128)"
+            )
         if not 0 <= self.seed < 2**32:
             raise ConfigError(f"seed must be in [0, 2**32), got {self.seed}")
         if self.min_tokens < 0:
@@ -131,7 +141,9 @@ class DedupeParams:
         if self.verify not in ("estimate", "exact"):
             raise ConfigError(f"verify must be 'estimate' or 'exact', got {self.verify!r}")
         if (self.bands == 0) != (self.rows == 0):
-            raise ConfigError("give both bands and rows, or neither (they are then chosen from the threshold)")
+            raise ConfigError(
+                "give both bands and rows, or neither (they are then chosen from the threshold)"
+            )
         if self.bands and self.bands * self.rows > self.num_perm:
             raise ConfigError(
                 f"bands * rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}: "
@@ -187,7 +199,9 @@ class DedupeParams:
             rows=stored["rows"],
             verify=stored["verify"],
             normalization=NormalizationConfig(
-                tuple(patterns.get("strip", ())), tuple(patterns.get("header", ())), tuple(patterns.get("footer", ()))
+                tuple(patterns.get("strip", ())),
+                tuple(patterns.get("header", ())),
+                tuple(patterns.get("footer", ())),
             ),
         )
 
@@ -201,6 +215,7 @@ class RuntimeLimits:
         max_bucket_size: An LSH bucket stops growing at this many members (a hot bucket, usually
             boilerplate); lookups still return the members it has.
         batch_size: Documents signed and decided together.
+
     """
 
     max_doc_bytes: int = 1 << 20

@@ -42,6 +42,7 @@ class RunResult:
         seconds: Wall time of this invocation.
         interrupted: True when a signal stopped the run before the end of the input.
         resumed_from: Lines skipped because an earlier interrupted run had committed them.
+
     """
 
     counters: Counter[str] = field(default_factory=Counter)
@@ -104,6 +105,7 @@ def run(
 
     Returns:
         What was done.
+
     """
     inputs = [identity(p) for p in paths]
     resumable = "-" not in paths
@@ -130,7 +132,11 @@ def run(
                         result.counters["exact-duplicate"] += 1
                 consumed = batch[-1].line
                 result.lines += len(batch)
-                meta = {_RUN_KEY: _checkpoint(inputs, file_index, consumed, result.counters) if resumable else None}
+                meta = {
+                    _RUN_KEY: _checkpoint(inputs, file_index, consumed, result.counters)
+                    if resumable
+                    else None
+                }
                 engine.commit(meta)
                 if progress:
                     progress(len(batch), batch[-1].position, result.counters)

@@ -26,6 +26,7 @@ class InvalidDocumentError(StreamDedupeError):
 
     Attributes:
         reason: A short machine-readable reason code (e.g. ``not-json``, ``missing-id``).
+
     """
 
     def __init__(self, reason: str, detail: str) -> None:

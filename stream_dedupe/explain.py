@@ -48,7 +48,7 @@ def _text_of(raw: bytes, name: str) -> str:
         return raw.decode("utf-8", errors="replace")
     if isinstance(value, dict) and isinstance(value.get("text"), str):
         return str(value["text"])
-    raise ConfigError(f"{name}: a JSON input must be a document with a string \"text\"")
+    raise ConfigError(f'{name}: a JSON input must be a document with a string "text"')
 
 
 def load_pair(store: KVStore | None, a: str, b: str) -> tuple[str, str]:
@@ -62,7 +62,9 @@ def load_pair(store: KVStore | None, a: str, b: str) -> tuple[str, str]:
         else:
             path = Path(name)
             if not path.is_file():
-                raise ConfigError(f"{name} is not a file; to compare documents of a state by id, pass --state DIR")
+                raise ConfigError(
+                    f"{name} is not a file; to compare documents of a state by id, pass --state DIR"
+                )
             raw = path.read_bytes()
         texts.append(_text_of(raw, name))
     return texts[0], texts[1]
@@ -103,10 +105,14 @@ def render(console: Console, report: PairReport, show: int) -> None:
     table.add_row("verdict", f"{verdict} (verify={p.verify}, threshold={p.threshold})")
     table.add_row("estimated Jaccard (MinHash)", f"{report.estimated:.4f}  ({p.num_perm} permutations)")
     table.add_row("exact Jaccard", f"{report.exact:.4f}")
-    table.add_row("shingles", f"{report.shingle_counts[0]} / {report.shingle_counts[1]} ({p.shingle}), "
-                  f"{len(report.shared)} shared")
-    table.add_row("colliding LSH bands", f"{len(report.colliding_bands)} of {p.bands} "
-                  f"({p.rows} rows each): {report.colliding_bands[:20]}")
+    table.add_row(
+        "shingles",
+        f"{report.shingle_counts[0]} / {report.shingle_counts[1]} ({p.shingle}), {len(report.shared)} shared",
+    )
+    table.add_row(
+        "colliding LSH bands",
+        f"{len(report.colliding_bands)} of {p.bands} ({p.rows} rows each): {report.colliding_bands[:20]}",
+    )
     table.add_row("P(candidate) at this similarity", f"{report.candidate_probability:.4f}")
     for s in report.shared[:show]:
         table.add_row("shared", s)

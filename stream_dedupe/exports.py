@@ -20,6 +20,7 @@ class ClusterSummary:
         clusters: Clusters, singletons included (= canonical documents).
         with_duplicates: Clusters of two or more.
         largest: Size of the largest cluster.
+
     """
 
     documents: int
@@ -34,7 +35,9 @@ def summarize(store: KVStore) -> ClusterSummary:
     documents = sum(1 for _ in store.items("docs"))
     sizes = [info.size for info in _cluster_records(view)]
     merged_away = sum(size - 1 for size in sizes)
-    return ClusterSummary(documents, documents - merged_away, len(sizes), max(sizes, default=1 if documents else 0))
+    return ClusterSummary(
+        documents, documents - merged_away, len(sizes), max(sizes, default=1 if documents else 0)
+    )
 
 
 def _cluster_records(view: StateView) -> Iterator[ClusterInfo]:
@@ -50,6 +53,7 @@ def iter_clusters(store: KVStore, min_size: int = 2) -> Iterator[dict[str, objec
     Args:
         store: A committed state.
         min_size: Smallest cluster to yield (1 includes singletons).
+
     """
     view = StateView(store)
     uf = UnionFind(view)
@@ -68,7 +72,12 @@ def iter_clusters(store: KVStore, min_size: int = 2) -> Iterator[dict[str, objec
     clusters.sort(key=lambda c: c[0].label)
     for info, ids in clusters:
         if info.size >= min_size:
-            yield {"cluster": info.label, "canonical": info.canonical.doc_id, "size": info.size, "members": ids}
+            yield {
+                "cluster": info.label,
+                "canonical": info.canonical.doc_id,
+                "size": info.size,
+                "members": ids,
+            }
 
 
 def _singletons(view: StateView) -> Iterator[str]:

@@ -22,6 +22,7 @@ class InputLine:
         line: 1-based line number within that input.
         raw: The line's bytes without the line ending.
         position: Bytes of the underlying (possibly compressed) file consumed so far.
+
     """
 
     source: str
@@ -50,9 +51,12 @@ def check_inputs(paths: list[str]) -> None:
 
     Raises:
         ConfigError: on a missing or unreadable input.
+
     """
     if not paths:
-        raise ConfigError("no input given: pass one or more JSONL files (.jsonl or .jsonl.gz), or - for stdin")
+        raise ConfigError(
+            "no input given: pass one or more JSONL files (.jsonl or .jsonl.gz), or - for stdin"
+        )
     for path in paths:
         if path == "-":
             continue
@@ -75,7 +79,9 @@ def read_lines(path: str, skip: int = 0) -> Iterator[InputLine]:
             position = raw_file.tell() if path != "-" else 0
             yield InputLine(path, number, line.rstrip(b"\r\n"), position)
     except (OSError, EOFError) as exc:
-        raise ConfigError(f"cannot read input {path}: {exc} (is it a complete .jsonl or .jsonl.gz file?)") from exc
+        raise ConfigError(
+            f"cannot read input {path}: {exc} (is it a complete .jsonl or .jsonl.gz file?)"
+        ) from exc
     finally:
         if path != "-":
             raw_file.close()

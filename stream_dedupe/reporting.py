@@ -22,6 +22,7 @@ class ProgressReporter:
         console: Where to draw (stderr).
         total: Total input bytes, or None when unknown (stdin).
         enabled: False to draw nothing.
+
     """
 
     def __init__(self, console: Console, total: int | None, enabled: bool = True) -> None:
@@ -32,7 +33,9 @@ class ProgressReporter:
             TextColumn("[bold]dedupe"),
             BarColumn(),
             DownloadColumn(),
-            TextColumn("{task.fields[docs]:>9,} docs  {task.fields[rate]:>8,.0f} docs/s  {task.fields[dups]:>8,} dups"),
+            TextColumn(
+                "{task.fields[docs]:>9,} docs  {task.fields[rate]:>8,.0f} docs/s  {task.fields[dups]:>8,} dups"
+            ),
             TimeElapsedColumn(),
             console=console,
             disable=not enabled,
@@ -44,22 +47,27 @@ class ProgressReporter:
         self._progress.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     def update(self, lines: int, position: int, counters: Counter[str]) -> None:
         """Advance after a committed batch."""
         self._docs += lines
         rate = self._docs / max(time.perf_counter() - self._started, 1e-9)
-        self._progress.update(self._task, completed=position, docs=self._docs, rate=rate,
-                              dups=counters["duplicate-of"])
+        self._progress.update(
+            self._task, completed=position, docs=self._docs, rate=rate, dups=counters["duplicate-of"]
+        )
 
     def close(self) -> None:
         """Stop drawing (idempotent)."""
         self._progress.stop()
 
 
-def print_summary(console: Console, result: RunResult, clusters: ClusterSummary, engine: DedupeEngine) -> None:
+def print_summary(
+    console: Console, result: RunResult, clusters: ClusterSummary, engine: DedupeEngine
+) -> None:
     """The final table: what this run decided and what the state now holds."""
     c = result.counters
     decided = c["new"] + c["duplicate-of"]

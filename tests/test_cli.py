@@ -33,10 +33,23 @@ def doc_events(events: list[dict[str, object]]) -> list[dict[str, object]]:
     return [e for e in events if e["event"] in ("new", "duplicate-of", "unchanged", "invalid")]
 
 
-def test_newsgroups_exact_duplicate_bodies_share_a_cluster(tmp_path: Path, newsgroups: list[dict[str, object]]) -> None:
+def test_newsgroups_exact_duplicate_bodies_share_a_cluster(
+    tmp_path: Path, newsgroups: list[dict[str, object]]
+) -> None:
     events, deduped = tmp_path / "events.jsonl", tmp_path / "deduped.jsonl"
-    result = cli("dedupe", str(shared_file(NEWSGROUPS)), "--state", str(tmp_path / "s"), "--events", str(events),
-                 "--deduped", str(deduped), "--strip-pattern", MAIL_HEADER_BLOCK, "--no-progress")
+    result = cli(
+        "dedupe",
+        str(shared_file(NEWSGROUPS)),
+        "--state",
+        str(tmp_path / "s"),
+        "--events",
+        str(events),
+        "--deduped",
+        str(deduped),
+        "--strip-pattern",
+        MAIL_HEADER_BLOCK,
+        "--no-progress",
+    )
     assert "stream-dedupe summary" in result.stderr
     evs = read_jsonl(events)
     assert [e["id"] for e in doc_events(evs)] == [d["id"] for d in newsgroups]
@@ -80,14 +93,29 @@ def test_bad_input_yields_invalid_events_and_strict_fails(tmp_path: Path) -> Non
     path = tmp_path / "in.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
     events = tmp_path / "ev.jsonl"
-    args = ("dedupe", str(path), "--state", str(tmp_path / "s"), "--events", str(events), "--no-progress",
-            "--max-doc-bytes", "400")
+    args = (
+        "dedupe",
+        str(path),
+        "--state",
+        str(tmp_path / "s"),
+        "--events",
+        str(events),
+        "--no-progress",
+        "--max-doc-bytes",
+        "400",
+    )
     assert cli(*args).returncode == 0
     evs = doc_events(read_jsonl(events))
     assert len(evs) == len(lines)
     reasons = [(e.get("line"), e.get("reason")) for e in evs if e["event"] == "invalid"]
-    assert reasons == [(2, "not-json"), (3, "missing-id"), (4, "bad-text"), (5, "invalid-utf8"), (6, "not-json"),
-                       (7, "too-large")]
+    assert reasons == [
+        (2, "not-json"),
+        (3, "missing-id"),
+        (4, "bad-text"),
+        (5, "invalid-utf8"),
+        (6, "not-json"),
+        (7, "too-large"),
+    ]
     assert evs[-1]["event"] == "duplicate-of" and evs[-1]["of"] == "a"
     strict = cli(*args, "--strict", check=False)
     assert strict.returncode == 1 and "invalid record" in strict.stderr
@@ -99,7 +127,9 @@ def test_parameter_mismatch_is_a_clear_error(tmp_path: Path) -> None:
     cli("dedupe", str(path), "--state", str(tmp_path / "s"), "--no-progress")
     # no parameters given: the state's are used
     cli("dedupe", str(path), "--state", str(tmp_path / "s"), "--no-progress")
-    bad = cli("dedupe", str(path), "--state", str(tmp_path / "s"), "--num-perm", "64", "--no-progress", check=False)
+    bad = cli(
+        "dedupe", str(path), "--state", str(tmp_path / "s"), "--num-perm", "64", "--no-progress", check=False
+    )
     assert bad.returncode == 2
     assert "num_perm: state has 128" in bad.stderr and "new directory" in bad.stderr
     missing = cli("dedupe", str(tmp_path / "nope.jsonl"), "--state", str(tmp_path / "s"), check=False)
@@ -115,8 +145,18 @@ def test_interrupt_and_resume_equals_clean_run(tmp_path: Path) -> None:
     clean = tmp_path / "clean"
     cli("dedupe", str(source), "--state", str(clean), "--no-progress")
     state, events = tmp_path / "s", tmp_path / "ev.jsonl"
-    args = [*CLI, "dedupe", str(source), "--state", str(state), "--events", str(events), "--batch-size", "64",
-            "--no-progress"]
+    args = [
+        *CLI,
+        "dedupe",
+        str(source),
+        "--state",
+        str(state),
+        "--events",
+        str(events),
+        "--batch-size",
+        "64",
+        "--no-progress",
+    ]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and (not events.exists() or events.stat().st_size < 200_000):
@@ -142,8 +182,18 @@ def test_kill_9_leaves_a_consistent_state(tmp_path: Path) -> None:
     clean = tmp_path / "clean"
     cli("dedupe", str(source), "--state", str(clean), "--no-progress")
     state, events = tmp_path / "s", tmp_path / "ev.jsonl"
-    args = [*CLI, "dedupe", str(source), "--state", str(state), "--events", str(events), "--batch-size", "64",
-            "--no-progress"]
+    args = [
+        *CLI,
+        "dedupe",
+        str(source),
+        "--state",
+        str(state),
+        "--events",
+        str(events),
+        "--batch-size",
+        "64",
+        "--no-progress",
+    ]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and (not events.exists() or events.stat().st_size < 300_000):
@@ -165,8 +215,12 @@ def test_kill_9_leaves_a_consistent_state(tmp_path: Path) -> None:
 def test_explain_pair_from_state_and_from_files(tmp_path: Path) -> None:
     base = " ".join(f"word{i}" for i in range(60))
     path = tmp_path / "in.jsonl"
-    path.write_bytes(orjson.dumps({"id": "a", "text": base}) + b"\n" +
-                     orjson.dumps({"id": "b", "text": base + " and one more"}) + b"\n")
+    path.write_bytes(
+        orjson.dumps({"id": "a", "text": base})
+        + b"\n"
+        + orjson.dumps({"id": "b", "text": base + " and one more"})
+        + b"\n"
+    )
     cli("dedupe", str(path), "--state", str(tmp_path / "s"), "--no-progress")
     out = cli("explain", "a", "b", "--state", str(tmp_path / "s")).stdout
     assert "duplicate" in out and "exact Jaccard" in out and "colliding LSH bands" in out
@@ -184,10 +238,21 @@ def test_stdin_and_gzip_inputs(tmp_path: Path) -> None:
 
     data = b'{"id": "a", "text": "hello there"}\n{"id": "b", "text": "Hello, there!"}\n'
     (tmp_path / "in.jsonl.gz").write_bytes(gzip.compress(data))
-    cli("dedupe", str(tmp_path / "in.jsonl.gz"), "--state", str(tmp_path / "s1"), "--events", str(tmp_path / "e1"),
-        "--no-progress")
-    result = subprocess.run([*CLI, "dedupe", "-", "--state", str(tmp_path / "s2"), "--events", "-", "--no-progress"],
-                            input=data, capture_output=True, timeout=120)
+    cli(
+        "dedupe",
+        str(tmp_path / "in.jsonl.gz"),
+        "--state",
+        str(tmp_path / "s1"),
+        "--events",
+        str(tmp_path / "e1"),
+        "--no-progress",
+    )
+    result = subprocess.run(
+        [*CLI, "dedupe", "-", "--state", str(tmp_path / "s2"), "--events", "-", "--no-progress"],
+        input=data,
+        capture_output=True,
+        timeout=120,
+    )
     assert result.returncode == 0
     from_stdin = [orjson.loads(x) for x in result.stdout.splitlines()]
     assert from_stdin == read_jsonl(tmp_path / "e1")

@@ -56,8 +56,16 @@ def test_one_document_event_per_record_and_families_found(store: KVStore) -> Non
 def test_exact_and_short_documents(store: KVStore) -> None:
     engine = DedupeEngine(DedupeParams(min_tokens=10), store)
     long = text(random.Random(1))
-    events = run_all(engine, [("a", long), ("b", long.upper() + "!!"), ("s1", "Hello   world"), ("s2", "hello, WORLD"),
-                              ("s3", "hello world again")])
+    events = run_all(
+        engine,
+        [
+            ("a", long),
+            ("b", long.upper() + "!!"),
+            ("s1", "Hello   world"),
+            ("s2", "hello, WORLD"),
+            ("s3", "hello world again"),
+        ],
+    )
     by_id = {e["id"]: e for e in events if e["event"] in ("new", "duplicate-of")}
     assert by_id["b"]["event"] == "duplicate-of" and by_id["b"]["exact"] is True and by_id["b"]["of"] == "a"
     assert by_id["s2"]["event"] == "duplicate-of" and by_id["s2"]["exact"] is True
@@ -69,8 +77,9 @@ def test_candidates_below_threshold_never_become_duplicates(store: KVStore) -> N
     params = DedupeParams(threshold=0.8, bands=64, rows=1, num_perm=64)
     rng = random.Random(3)
     base = text(rng, 200)
-    items = [("base", base)] + [(f"e{i}", " ".join(base.split()[: 200 - 10 * i]) + " " + text(rng, 10 * i))
-                                for i in range(1, 8)]
+    items = [("base", base)] + [
+        (f"e{i}", " ".join(base.split()[: 200 - 10 * i]) + " " + text(rng, 10 * i)) for i in range(1, 8)
+    ]
     engine = DedupeEngine(params, store)
     events = run_all(engine, items)
     texts = dict(items)
@@ -89,8 +98,9 @@ def test_exact_verification_mode_uses_true_jaccard(store: KVStore) -> None:
     dups = [e for e in events if e["event"] == "duplicate-of"]
     assert dups
     for e in dups:
-        assert e["similarity"] == pytest.approx(exact_jaccard(texts[str(e["id"])], texts[str(e["of"])], params.shingle),
-                                                abs=1e-6)
+        assert e["similarity"] == pytest.approx(
+            exact_jaccard(texts[str(e["id"])], texts[str(e["of"])], params.shingle), abs=1e-6
+        )
 
 
 def test_unchanged_and_replaced_content(store: KVStore) -> None:
@@ -143,7 +153,9 @@ def test_final_clusters_do_not_depend_on_order_or_batching(seed: int) -> None:
 def test_parameters_are_stored_and_checked(store: KVStore) -> None:
     DedupeEngine(DedupeParams(num_perm=128), store).commit()
     DedupeEngine(DedupeParams(num_perm=128), store)  # same: fine
-    with pytest.raises(StateMismatchError, match="num_perm: state has 128, this run asks for 64.*new directory"):
+    with pytest.raises(
+        StateMismatchError, match=r"num_perm: state has 128, this run asks for 64.*new directory"
+    ):
         DedupeEngine(DedupeParams(num_perm=64), store)
     with pytest.raises(StateMismatchError, match="shingle"):
         DedupeEngine(DedupeParams(shingle=ShingleSpec("char", 5)), store)

@@ -25,8 +25,16 @@ TEXTS = [
 ]
 
 
-@pytest.mark.parametrize("spec", [ShingleSpec("word", 1), ShingleSpec("word", 3), ShingleSpec("word", 5),
-                                  ShingleSpec("char", 4), ShingleSpec("char", 7)])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        ShingleSpec("word", 1),
+        ShingleSpec("word", 3),
+        ShingleSpec("word", 5),
+        ShingleSpec("char", 4),
+        ShingleSpec("char", 7),
+    ],
+)
 @pytest.mark.parametrize(("num_perm", "seed"), [(128, 1), (64, 42), (256, 7)])
 def test_signatures_bit_identical_to_datasketch(spec: ShingleSpec, num_perm: int, seed: int) -> None:
     hasher = MinHasher(num_perm, seed, spec)

@@ -9,7 +9,10 @@ from stream_dedupe.errors import ConfigError
 
 def test_unicode_case_whitespace_and_punctuation() -> None:
     n = Normalizer()
-    assert n.normalize("  Hello,\tWORLD!!\n\nＦｕｌｌ-width  ﬁ ligature ") == "hello world full width fi ligature"
+    assert (
+        n.normalize("  Hello,\tWORLD!!\n\nＦｕｌｌ-width  ﬁ ligature ")
+        == "hello world full width fi ligature"
+    )
     assert n.normalize("STRASSE Straße") == "strasse strasse"
     assert n.normalize("...") == ""
     assert n.normalize("snake_case") == "snake case"
@@ -36,7 +39,14 @@ def test_fingerprint_changes_with_patterns() -> None:
 
 
 def test_batch_path_equals_single_path(newsgroups: list[dict[str, object]]) -> None:
-    texts = [str(d["text"]) for d in newsgroups[:3000]] + ["", "  ", "!!", " a  b ", "Ünï ＦＵＬＬ", "x\u00a0y"]
+    texts = [str(d["text"]) for d in newsgroups[:3000]] + [
+        "",
+        "  ",
+        "!!",
+        " a  b ",
+        "Ünï ＦＵＬＬ",
+        "x\u00a0y",
+    ]
     for n in (Normalizer(), Normalizer(NormalizationConfig(header_patterns=(r"^[\w-]+: ",)))):
         buf, offsets = n.normalize_batch(texts)
         for i, text in enumerate(texts):

@@ -29,12 +29,25 @@ def test_all_event_kinds_validate(validator: jsonschema.Draft202012Validator) ->
     left, right = text(rng, 60), text(rng, 60)
     engine = DedupeEngine(DedupeParams(threshold=0.45, lsh_margin=0.15, verify="exact"), MemoryStore())
     records = [doc(d, t) for d, t in corpus(seed=3, families=5)]
-    records += [doc("l", left), doc("r", right), doc("x", left + " " + right), doc("x", text(rng, 70)),
-                doc("l", left), parse_document(b"{oops", 100)]
+    records += [
+        doc("l", left),
+        doc("r", right),
+        doc("x", left + " " + right),
+        doc("x", text(rng, 70)),
+        doc("l", left),
+        parse_document(b"{oops", 100),
+    ]
     events = engine.process(records, [{"source": "t", "line": i + 1} for i in range(len(records))])
     kinds = {e["event"] for e in events}
-    assert kinds == {"new", "duplicate-of", "unchanged", "invalid", "canonical-changed", "clusters-merged",
-                     "cluster-split"}
+    assert kinds == {
+        "new",
+        "duplicate-of",
+        "unchanged",
+        "invalid",
+        "canonical-changed",
+        "clusters-merged",
+        "cluster-split",
+    }
     for event in events:
         validator.validate(event)
 

@@ -15,6 +15,7 @@ class CanonicalKey:
         length: Length of the normalized text, in characters.
         updated_at_us: ``updated_at`` in microseconds since the epoch, or None when unknown
             (unknown ranks as oldest).
+
     """
 
     doc_id: str

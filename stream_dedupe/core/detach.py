@@ -15,7 +15,9 @@ from stream_dedupe.core.unionfind import ClusterInfo, UnionFind
 from stream_dedupe.storage.state import DocRecord, StateView
 
 
-def detach(state: StateView, uf: UnionFind, params: DedupeParams, doc_id: str, prior: DocRecord) -> list[ev.Event]:
+def detach(
+    state: StateView, uf: UnionFind, params: DedupeParams, doc_id: str, prior: DocRecord
+) -> list[ev.Event]:
     """Remove ``doc_id``'s index entries and edges; rebuild what remains of its cluster.
 
     Args:
@@ -27,6 +29,7 @@ def detach(state: StateView, uf: UnionFind, params: DedupeParams, doc_id: str, p
 
     Returns:
         ``cluster-split`` and ``canonical-changed`` events for the clusters left behind.
+
     """
     _leave_index(state, params, doc_id, prior)
     old = uf.cluster_of(doc_id)
@@ -83,7 +86,9 @@ def _promote(state: StateView, old: str, successor: str, group: list[str]) -> No
         successor, DocRecord(record.content_hash, record.length, record.updated_at_us, record.tokens, True)
     )
     known = {e[0] for e in state.edges(successor)}
-    new_edges = [(o, s, x) for o, s, x in state.edges(old) if o not in known and o != successor and o not in group]
+    new_edges = [
+        (o, s, x) for o, s, x in state.edges(old) if o not in known and o != successor and o not in group
+    ]
     new_edges += [(m, 1.0, True) for m in group[1:] if m not in known]
     state.put_edges(successor, [*state.edges(successor), *new_edges])
     for other, similarity, exact in new_edges:

@@ -55,6 +55,7 @@ class DedupeEngine:
 
     Raises:
         StateMismatchError: if the state was built with different parameters.
+
     """
 
     def __init__(self, params: DedupeParams, store: KVStore, limits: RuntimeLimits | None = None) -> None:
@@ -76,8 +77,11 @@ class DedupeEngine:
             self.state.put_json(_PARAMS_KEY, wanted)
             self.state.commit()
             return
-        diffs = [f"{k}: state has {stored.get(k)!r}, this run asks for {v!r}" for k, v in wanted.items()
-                 if stored.get(k) != v]
+        diffs = [
+            f"{k}: state has {stored.get(k)!r}, this run asks for {v!r}"
+            for k, v in wanted.items()
+            if stored.get(k) != v
+        ]
         if diffs:
             raise StateMismatchError(
                 "the state was built with different parameters (" + "; ".join(diffs) + "). "
@@ -98,6 +102,7 @@ class DedupeEngine:
         Args:
             records: Parsed input records.
             origins: Per record, where it came from (merged into ``invalid`` events).
+
         """
         prepared = self._prepare([r for r in records if isinstance(r, Document)])
         out: list[ev.Event] = []
@@ -106,7 +111,11 @@ class DedupeEngine:
             if isinstance(record, Invalid):
                 self.counters["invalid"] += 1
                 self.counters[f"invalid:{record.reason}"] += 1
-                batch = [ev.invalid_event(record.doc_id, record.reason, record.detail, origins[i] if origins else None)]
+                batch = [
+                    ev.invalid_event(
+                        record.doc_id, record.reason, record.detail, origins[i] if origins else None
+                    )
+                ]
             else:
                 batch = self._decide(next(it))
             for event in batch:
@@ -184,7 +193,9 @@ class DedupeEngine:
         elif item.signature is not None:
             matches = self._near_matches(item)
             indexed = True
-        state.put_doc(doc.doc_id, DocRecord(item.content_hash, item.length, doc.updated_at_us, item.tokens, indexed))
+        state.put_doc(
+            doc.doc_id, DocRecord(item.content_hash, item.length, doc.updated_at_us, item.tokens, indexed)
+        )
         if item.signature is not None:
             state.put_signature(doc.doc_id, item.signature)
             if item.shingle_set is not None:

@@ -15,7 +15,11 @@ CLUSTER_EVENTS = ("canonical-changed", "clusters-merged", "cluster-split")
 
 
 def document_event(
-    kind: str, doc_id: str, cluster: ClusterInfo, of: str | None = None, similarity: float | None = None,
+    kind: str,
+    doc_id: str,
+    cluster: ClusterInfo,
+    of: str | None = None,
+    similarity: float | None = None,
     exact: bool = False,
 ) -> Event:
     """A ``new``, ``duplicate-of`` or ``unchanged`` event."""

@@ -73,7 +73,9 @@ def murmur3_32(buf: np.ndarray, start: int, end: int, seed: int) -> np.uint32:  
 
 
 @njit(cache=True)
-def _unit_starts(buf: np.ndarray, start: int, end: int, kind: int, starts: np.ndarray) -> int:  # pragma: no cover
+def _unit_starts(
+    buf: np.ndarray, start: int, end: int, kind: int, starts: np.ndarray
+) -> int:  # pragma: no cover
     """Write the byte offsets where tokens (WORD) or code points (CHAR) start; return their count."""
     count = 0
     if end <= start:
@@ -101,6 +103,7 @@ def shingle_hashes(  # pragma: no cover - jit
 
     Returns:
         ``(hashes, bounds)``: document ``d``'s hashes are ``hashes[bounds[d]:bounds[d + 1]]``.
+
     """
     n_docs = offsets.shape[0] - 1
     starts = np.empty(buf.shape[0] + 1, dtype=np.int64)

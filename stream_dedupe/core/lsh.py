@@ -25,6 +25,7 @@ def choose_bands(lsh_threshold: float, num_perm: int) -> tuple[int, int]:
 
     Returns:
         ``(bands, rows)`` with ``bands * rows <= num_perm``.
+
     """
     if not 0.0 < lsh_threshold < 1.0:
         raise ConfigError(
@@ -71,6 +72,7 @@ def band_keys(signatures: np.ndarray, bands: int, rows: int) -> list[list[bytes]
 
     Returns:
         For each document, its ``bands`` keys of 10 bytes.
+
     """
     hashes = _band_hashes(np.ascontiguousarray(signatures, dtype=np.uint32), bands, rows)
     packed = np.empty(hashes.shape, dtype=[("band", ">u2"), ("hash", ">u8")])

@@ -37,6 +37,7 @@ class Normalizer:
 
     Args:
         config: Boilerplate removal settings.
+
     """
 
     def __init__(self, config: NormalizationConfig | None = None) -> None:
@@ -54,6 +55,7 @@ class Normalizer:
 
         Returns:
             Tokens joined by single spaces; empty when the text has no word characters.
+
         """
         if not text.isascii():
             text = unicodedata.normalize("NFKC", text)

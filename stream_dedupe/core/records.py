@@ -39,6 +39,7 @@ class Document:
         updated_at_us: ``updated_at`` in microseconds since the epoch, or None.
         source: The ``source`` field, or None.
         raw: The original JSON bytes (republished unchanged when canonical).
+
     """
 
     doc_id: str
@@ -56,6 +57,7 @@ class Invalid:
         reason: One of :data:`INVALID_REASONS`.
         detail: A sentence saying what is wrong and how to fix it.
         doc_id: The id when it could be read, else None.
+
     """
 
     reason: str
@@ -68,6 +70,7 @@ def parse_timestamp(value: str) -> int:
 
     Raises:
         ValueError: if the value is not RFC 3339 or has no time zone.
+
     """
     parsed = datetime.fromisoformat(value)
     if parsed.tzinfo is None:
@@ -85,9 +88,12 @@ def parse_document(raw: bytes, max_bytes: int) -> Document | Invalid:
 
     Returns:
         A :class:`Document`, or an :class:`Invalid` saying why not.
+
     """
     if len(raw) > max_bytes:
-        return Invalid("too-large", f"record is {len(raw)} bytes, over the limit of {max_bytes} (--max-doc-bytes)")
+        return Invalid(
+            "too-large", f"record is {len(raw)} bytes, over the limit of {max_bytes} (--max-doc-bytes)"
+        )
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as exc:

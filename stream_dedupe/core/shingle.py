@@ -25,6 +25,7 @@ def shingle_hash(shingle: bytes) -> int:
 
     Returns:
         An integer in ``[0, 2**32)``.
+
     """
     return int(mmh3.hash(shingle, SHINGLE_HASH_SEED, signed=False))
 
@@ -46,6 +47,7 @@ def shingles(normalized: str, spec: ShingleSpec) -> list[bytes]:
 
     Returns:
         The UTF-8 bytes of each shingle.
+
     """
     if not normalized:
         return []

@@ -23,6 +23,7 @@ class ClusterInfo:
         size: Number of members.
         label: Smallest member id: the cluster's identity in events and exports.
         canonical: The preferred member.
+
     """
 
     size: int
@@ -57,6 +58,7 @@ class MergeResult:
         root: Root of the resulting cluster.
         before: The two clusters that were joined (equal when they already were one).
         after: The resulting cluster.
+
     """
 
     root: str

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rocksdict import BlockBasedOptions, DBCompressionType, Options, Rdict, WriteBatch
 
@@ -38,6 +38,7 @@ class RocksStore:
 
     Raises:
         StateError: if the directory is locked by another process or cannot be opened.
+
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -45,7 +46,9 @@ class RocksStore:
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             opts = _options()
-            self._db = Rdict(str(self.path), opts, column_families={ns: _options(bloom=True) for ns in NAMESPACES})
+            self._db = Rdict(
+                str(self.path), opts, column_families={ns: _options(bloom=True) for ns in NAMESPACES}
+            )
         except Exception as exc:
             text = str(exc)
             if "lock" in text.lower():
@@ -61,8 +64,8 @@ class RocksStore:
         """See :class:`~stream_dedupe.storage.base.KVStore`."""
         if not keys:
             return []
-        values: list[bytes | None] = self._cf[namespace].get(list(keys))
-        return values
+        values = self._cf[namespace].get(list(keys))
+        return cast("list[bytes | None]", values)
 
     def write(self, batch: WriteSet) -> None:
         """See :class:`~stream_dedupe.storage.base.KVStore`."""

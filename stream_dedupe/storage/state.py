@@ -31,6 +31,7 @@ class DocRecord:
         updated_at_us: ``updated_at`` in microseconds, or None.
         tokens: Number of tokens of the normalized text.
         indexed: True when the document's bands are in the LSH index (it represents its content).
+
     """
 
     content_hash: bytes
@@ -41,7 +42,9 @@ class DocRecord:
 
     def encode(self) -> bytes:
         """Versioned JSON encoding."""
-        return orjson.dumps([1, self.content_hash.hex(), self.length, self.updated_at_us, self.tokens, self.indexed])
+        return orjson.dumps(
+            [1, self.content_hash.hex(), self.length, self.updated_at_us, self.tokens, self.indexed]
+        )
 
     @classmethod
     def decode(cls, raw: bytes) -> DocRecord:
@@ -62,6 +65,7 @@ class StateView:
 
     Args:
         store: The key-value store underneath.
+
     """
 
     def __init__(self, store: KVStore) -> None:
@@ -170,6 +174,7 @@ class StateView:
 
         Returns:
             ``(members found, buckets that were full)``: ``doc_id`` is not added to full buckets.
+
         """
         cache, dirty = self._cache["bands"], self._dirty["bands"]
         found: set[str] = set()
@@ -231,7 +236,11 @@ class StateView:
             self.put("clusters", _key(root), None)
             return
         c = info.canonical
-        self.put("clusters", _key(root), orjson.dumps([info.size, info.label, [c.doc_id, c.length, c.updated_at_us]]))
+        self.put(
+            "clusters",
+            _key(root),
+            orjson.dumps([info.size, info.label, [c.doc_id, c.length, c.updated_at_us]]),
+        )
 
     def canonical_key(self, doc_id: str) -> CanonicalKey:
         """See :class:`~stream_dedupe.core.unionfind.ClusterStore`."""
