@@ -92,9 +92,7 @@ def _variant(rng: random.Random, base: str, title: str) -> tuple[str, str]:
     return title, base[: int(len(base) * 0.93)]
 
 
-def generate(
-    docs: int, seed: int, dup_fraction: float = 0.3, size: int = 1700
-) -> Iterator[dict[str, object]]:
+def generate(docs: int, seed: int, dup_fraction: float = 0.3, size: int = 1700) -> Iterator[dict[str, object]]:
     """Yield ``docs`` documents; about ``dup_fraction`` of them are near-duplicates of an earlier one."""
     rng = random.Random(seed)
     families: list[tuple[str, str, str]] = []

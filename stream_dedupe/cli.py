@@ -80,40 +80,20 @@ def _open_out(stack: ExitStack, path: str | None, mode: str) -> IO[bytes] | None
 def dedupe(
     inputs: Annotated[list[str], typer.Argument(help="JSONL inputs (.jsonl, .jsonl.gz), or - for stdin.")],
     state: StateOpt,
-    events: Annotated[
-        str | None, typer.Option(help="Write events as JSONL to this file (- for stdout).")
-    ] = None,
-    deduped: Annotated[
-        str | None, typer.Option(help="Write the canonical documents as JSONL to this file.")
-    ] = None,
-    threshold: Annotated[
-        float | None, typer.Option(help="Jaccard threshold for duplicates [default: 0.8].")
-    ] = None,
+    events: Annotated[str | None, typer.Option(help="Write events as JSONL to this file (- for stdout).")] = None,
+    deduped: Annotated[str | None, typer.Option(help="Write the canonical documents as JSONL to this file.")] = None,
+    threshold: Annotated[float | None, typer.Option(help="Jaccard threshold for duplicates [default: 0.8].")] = None,
     num_perm: Annotated[int | None, typer.Option(help="MinHash permutations [default: 128].")] = None,
     seed: Annotated[int | None, typer.Option(help="MinHash seed [default: 1].")] = None,
     shingle: Annotated[str | None, typer.Option(help="Shingles: word:K or char:K [default: word:3].")] = None,
-    min_tokens: Annotated[
-        int | None, typer.Option(help="Shorter documents: exact match only [default: 10].")
-    ] = None,
-    lsh_margin: Annotated[
-        float | None, typer.Option(help="LSH tuned for threshold minus this [default: 0.2].")
-    ] = None,
-    bands: Annotated[
-        int | None, typer.Option(help="LSH bands (with --rows) instead of the chosen ones.")
-    ] = None,
+    min_tokens: Annotated[int | None, typer.Option(help="Shorter documents: exact match only [default: 10].")] = None,
+    lsh_margin: Annotated[float | None, typer.Option(help="LSH tuned for threshold minus this [default: 0.2].")] = None,
+    bands: Annotated[int | None, typer.Option(help="LSH bands (with --rows) instead of the chosen ones.")] = None,
     rows: Annotated[int | None, typer.Option(help="Rows per LSH band (with --bands).")] = None,
-    verify: Annotated[
-        str | None, typer.Option(help="Verification: estimate or exact [default: estimate].")
-    ] = None,
-    strip_pattern: Annotated[
-        list[str] | None, typer.Option(help="Regex removed from texts (repeatable).")
-    ] = None,
-    header_pattern: Annotated[
-        list[str] | None, typer.Option(help="Leading lines matching are dropped.")
-    ] = None,
-    footer_pattern: Annotated[
-        list[str] | None, typer.Option(help="Trailing lines matching are dropped.")
-    ] = None,
+    verify: Annotated[str | None, typer.Option(help="Verification: estimate or exact [default: estimate].")] = None,
+    strip_pattern: Annotated[list[str] | None, typer.Option(help="Regex removed from texts (repeatable).")] = None,
+    header_pattern: Annotated[list[str] | None, typer.Option(help="Leading lines matching are dropped.")] = None,
+    footer_pattern: Annotated[list[str] | None, typer.Option(help="Trailing lines matching are dropped.")] = None,
     max_doc_bytes: Annotated[int, typer.Option(help="Larger records are invalid (too-large).")] = 1 << 20,
     max_bucket_size: Annotated[int, typer.Option(help="LSH bucket cap (hot buckets stop growing).")] = 500,
     batch_size: Annotated[int, typer.Option(help="Documents per batch and per atomic commit.")] = 512,
@@ -144,9 +124,7 @@ def dedupe(
             "normalization": _normalization(strip_pattern, header_pattern, footer_pattern),
         },
     )
-    limits = RuntimeLimits(
-        max_doc_bytes=max_doc_bytes, max_bucket_size=max_bucket_size, batch_size=batch_size
-    )
+    limits = RuntimeLimits(max_doc_bytes=max_doc_bytes, max_bucket_size=max_bucket_size, batch_size=batch_size)
     store = RocksStore(state)
     with ExitStack() as stack:
         stack.callback(store.close)
@@ -170,9 +148,7 @@ def dedupe(
                     out.write(raw + b"\n")
         print_summary(err, result, summarize(store), engine)
     if strict and result.counters["invalid"]:
-        err.print(
-            f"[red]--strict[/]: {result.counters['invalid']} invalid record(s); see the invalid events."
-        )
+        err.print(f"[red]--strict[/]: {result.counters['invalid']} invalid record(s); see the invalid events.")
         raise typer.Exit(1)
 
 
@@ -202,12 +178,8 @@ def explain(
     a: Annotated[str, typer.Argument(help="Document id (with --state), or a file (text or JSON document).")],
     b: Annotated[str, typer.Argument(help="Document id (with --state), or a file (text or JSON document).")],
     state: Annotated[Path | None, typer.Option(help="Look the ids up in this state.")] = None,
-    shingle: Annotated[
-        str | None, typer.Option(help="Shingles when comparing files [default: word:3].")
-    ] = None,
-    threshold: Annotated[
-        float | None, typer.Option(help="Threshold when comparing files [default: 0.8].")
-    ] = None,
+    shingle: Annotated[str | None, typer.Option(help="Shingles when comparing files [default: word:3].")] = None,
+    threshold: Annotated[float | None, typer.Option(help="Threshold when comparing files [default: 0.8].")] = None,
     show: Annotated[int, typer.Option(help="How many shared shingles to print.")] = 10,
 ) -> None:
     """Show why two documents are (or are not) duplicates: Jaccard, shared shingles, bands."""

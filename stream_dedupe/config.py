@@ -37,13 +37,9 @@ class ShingleSpec:
 
     def __post_init__(self) -> None:
         if self.kind not in ("word", "char"):
-            raise ConfigError(
-                f"shingle kind must be 'word' or 'char', got {self.kind!r} (e.g. --shingle word:3)"
-            )
+            raise ConfigError(f"shingle kind must be 'word' or 'char', got {self.kind!r} (e.g. --shingle word:3)")
         if not 1 <= self.size <= 64:
-            raise ConfigError(
-                f"shingle size must be between 1 and 64, got {self.size} (e.g. --shingle word:3)"
-            )
+            raise ConfigError(f"shingle size must be between 1 and 64, got {self.size} (e.g. --shingle word:3)")
 
     @classmethod
     def parse(cls, text: str) -> ShingleSpec:
@@ -127,9 +123,7 @@ class DedupeParams:
         if not 0.0 < self.threshold <= 1.0:
             raise ConfigError(f"threshold must be in (0, 1], got {self.threshold} (e.g. --threshold 0.8)")
         if not 16 <= self.num_perm <= 1024:
-            raise ConfigError(
-                f"num_perm must be between 16 and 1024, got {self.num_perm} (e.g. --num-perm 128)"
-            )
+            raise ConfigError(f"num_perm must be between 16 and 1024, got {self.num_perm} (e.g. --num-perm 128)")
         if not 0 <= self.seed < 2**32:
             raise ConfigError(f"seed must be in [0, 2**32), got {self.seed}")
         if self.min_tokens < 0:
@@ -141,9 +135,7 @@ class DedupeParams:
         if self.verify not in ("estimate", "exact"):
             raise ConfigError(f"verify must be 'estimate' or 'exact', got {self.verify!r}")
         if (self.bands == 0) != (self.rows == 0):
-            raise ConfigError(
-                "give both bands and rows, or neither (they are then chosen from the threshold)"
-            )
+            raise ConfigError("give both bands and rows, or neither (they are then chosen from the threshold)")
         if self.bands and self.bands * self.rows > self.num_perm:
             raise ConfigError(
                 f"bands * rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}: "

@@ -132,11 +132,7 @@ def run(
                         result.counters["exact-duplicate"] += 1
                 consumed = batch[-1].line
                 result.lines += len(batch)
-                meta = {
-                    _RUN_KEY: _checkpoint(inputs, file_index, consumed, result.counters)
-                    if resumable
-                    else None
-                }
+                meta = {_RUN_KEY: _checkpoint(inputs, file_index, consumed, result.counters) if resumable else None}
                 engine.commit(meta)
                 if progress:
                     progress(len(batch), batch[-1].position, result.counters)

@@ -62,9 +62,7 @@ def load_pair(store: KVStore | None, a: str, b: str) -> tuple[str, str]:
         else:
             path = Path(name)
             if not path.is_file():
-                raise ConfigError(
-                    f"{name} is not a file; to compare documents of a state by id, pass --state DIR"
-                )
+                raise ConfigError(f"{name} is not a file; to compare documents of a state by id, pass --state DIR")
             raw = path.read_bytes()
         texts.append(_text_of(raw, name))
     return texts[0], texts[1]

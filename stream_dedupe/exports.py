@@ -35,9 +35,7 @@ def summarize(store: KVStore) -> ClusterSummary:
     documents = sum(1 for _ in store.items("docs"))
     sizes = [info.size for info in _cluster_records(view)]
     merged_away = sum(size - 1 for size in sizes)
-    return ClusterSummary(
-        documents, documents - merged_away, len(sizes), max(sizes, default=1 if documents else 0)
-    )
+    return ClusterSummary(documents, documents - merged_away, len(sizes), max(sizes, default=1 if documents else 0))
 
 
 def _cluster_records(view: StateView) -> Iterator[ClusterInfo]:

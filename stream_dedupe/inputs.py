@@ -54,9 +54,7 @@ def check_inputs(paths: list[str]) -> None:
 
     """
     if not paths:
-        raise ConfigError(
-            "no input given: pass one or more JSONL files (.jsonl or .jsonl.gz), or - for stdin"
-        )
+        raise ConfigError("no input given: pass one or more JSONL files (.jsonl or .jsonl.gz), or - for stdin")
     for path in paths:
         if path == "-":
             continue
@@ -79,9 +77,7 @@ def read_lines(path: str, skip: int = 0) -> Iterator[InputLine]:
             position = raw_file.tell() if path != "-" else 0
             yield InputLine(path, number, line.rstrip(b"\r\n"), position)
     except (OSError, EOFError) as exc:
-        raise ConfigError(
-            f"cannot read input {path}: {exc} (is it a complete .jsonl or .jsonl.gz file?)"
-        ) from exc
+        raise ConfigError(f"cannot read input {path}: {exc} (is it a complete .jsonl or .jsonl.gz file?)") from exc
     finally:
         if path != "-":
             raw_file.close()

@@ -33,9 +33,7 @@ class ProgressReporter:
             TextColumn("[bold]dedupe"),
             BarColumn(),
             DownloadColumn(),
-            TextColumn(
-                "{task.fields[docs]:>9,} docs  {task.fields[rate]:>8,.0f} docs/s  {task.fields[dups]:>8,} dups"
-            ),
+            TextColumn("{task.fields[docs]:>9,} docs  {task.fields[rate]:>8,.0f} docs/s  {task.fields[dups]:>8,} dups"),
             TimeElapsedColumn(),
             console=console,
             disable=not enabled,
@@ -56,18 +54,14 @@ class ProgressReporter:
         """Advance after a committed batch."""
         self._docs += lines
         rate = self._docs / max(time.perf_counter() - self._started, 1e-9)
-        self._progress.update(
-            self._task, completed=position, docs=self._docs, rate=rate, dups=counters["duplicate-of"]
-        )
+        self._progress.update(self._task, completed=position, docs=self._docs, rate=rate, dups=counters["duplicate-of"])
 
     def close(self) -> None:
         """Stop drawing (idempotent)."""
         self._progress.stop()
 
 
-def print_summary(
-    console: Console, result: RunResult, clusters: ClusterSummary, engine: DedupeEngine
-) -> None:
+def print_summary(console: Console, result: RunResult, clusters: ClusterSummary, engine: DedupeEngine) -> None:
     """The final table: what this run decided and what the state now holds."""
     c = result.counters
     decided = c["new"] + c["duplicate-of"]

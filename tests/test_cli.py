@@ -33,9 +33,7 @@ def doc_events(events: list[dict[str, object]]) -> list[dict[str, object]]:
     return [e for e in events if e["event"] in ("new", "duplicate-of", "unchanged", "invalid")]
 
 
-def test_newsgroups_exact_duplicate_bodies_share_a_cluster(
-    tmp_path: Path, newsgroups: list[dict[str, object]]
-) -> None:
+def test_newsgroups_exact_duplicate_bodies_share_a_cluster(tmp_path: Path, newsgroups: list[dict[str, object]]) -> None:
     events, deduped = tmp_path / "events.jsonl", tmp_path / "deduped.jsonl"
     result = cli(
         "dedupe",
@@ -127,9 +125,7 @@ def test_parameter_mismatch_is_a_clear_error(tmp_path: Path) -> None:
     cli("dedupe", str(path), "--state", str(tmp_path / "s"), "--no-progress")
     # no parameters given: the state's are used
     cli("dedupe", str(path), "--state", str(tmp_path / "s"), "--no-progress")
-    bad = cli(
-        "dedupe", str(path), "--state", str(tmp_path / "s"), "--num-perm", "64", "--no-progress", check=False
-    )
+    bad = cli("dedupe", str(path), "--state", str(tmp_path / "s"), "--num-perm", "64", "--no-progress", check=False)
     assert bad.returncode == 2
     assert "num_perm: state has 128" in bad.stderr and "new directory" in bad.stderr
     missing = cli("dedupe", str(tmp_path / "nope.jsonl"), "--state", str(tmp_path / "s"), check=False)

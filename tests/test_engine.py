@@ -153,9 +153,7 @@ def test_final_clusters_do_not_depend_on_order_or_batching(seed: int) -> None:
 def test_parameters_are_stored_and_checked(store: KVStore) -> None:
     DedupeEngine(DedupeParams(num_perm=128), store).commit()
     DedupeEngine(DedupeParams(num_perm=128), store)  # same: fine
-    with pytest.raises(
-        StateMismatchError, match=r"num_perm: state has 128, this run asks for 64.*new directory"
-    ):
+    with pytest.raises(StateMismatchError, match=r"num_perm: state has 128, this run asks for 64.*new directory"):
         DedupeEngine(DedupeParams(num_perm=64), store)
     with pytest.raises(StateMismatchError, match="shingle"):
         DedupeEngine(DedupeParams(shingle=ShingleSpec("char", 5)), store)

@@ -9,10 +9,7 @@ from stream_dedupe.errors import ConfigError
 
 def test_unicode_case_whitespace_and_punctuation() -> None:
     n = Normalizer()
-    assert (
-        n.normalize("  Hello,\tWORLD!!\n\nＦｕｌｌ-width  ﬁ ligature ")
-        == "hello world full width fi ligature"
-    )
+    assert n.normalize("  Hello,\tWORLD!!\n\nＦｕｌｌ-width  ﬁ ligature ") == "hello world full width fi ligature"
     assert n.normalize("STRASSE Straße") == "strasse strasse"
     assert n.normalize("...") == ""
     assert n.normalize("snake_case") == "snake case"

@@ -13,12 +13,12 @@ from stream_dedupe.storage.state import StateView
 
 
 def test_get_write_delete_items(store: KVStore) -> None:
-    store.write({"docs": {b"b": b"2", b"a": b"1"}, "bands": {b"k": b"v"}})
+    store.write({"docs": {b"b": b"2", b"a": b"1"}, "sigs": {b"k": b"v"}})
     assert store.get_many("docs", [b"a", b"missing", b"b"]) == [b"1", None, b"2"]
     assert list(store.items("docs")) == [(b"a", b"1"), (b"b", b"2")]
     store.write({"docs": {b"a": None}})
     assert list(store.items("docs")) == [(b"b", b"2")]
-    assert list(store.items("bands")) == [(b"k", b"v")]  # namespaces are separate
+    assert list(store.items("sigs")) == [(b"k", b"v")]  # namespaces are separate
     assert store.get_many("docs", []) == []
 
 
@@ -33,18 +33,6 @@ def test_overlay_holds_writes_until_commit(store: KVStore) -> None:
     view.put("docs", b"y", b"2")
     view.discard()
     assert store.get_many("docs", [b"y"]) == [None]
-
-
-def test_buckets_cap_and_collect(store: KVStore) -> None:
-    view = StateView(store)
-    found, full = view.add_to_buckets([b"k1", b"k2"], "a", cap=2)
-    assert found == set() and full == 0
-    view.commit()
-    found, full = view.add_to_buckets([b"k1"], "b", cap=2)
-    assert found == {"a"} and full == 0
-    found, full = view.add_to_buckets([b"k1"], "c", cap=2)
-    assert found == {"a", "b"} and full == 1
-    assert view.bucket(b"k1") == ["a", "b"]
 
 
 def test_rocks_state_survives_reopen_and_is_locked(tmp_path: Path) -> None:

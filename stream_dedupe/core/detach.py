@@ -7,23 +7,20 @@ freshly elected canonical.
 
 from __future__ import annotations
 
-from stream_dedupe.config import DedupeParams
 from stream_dedupe.core import events as ev
+from stream_dedupe.core.bandindex import LshIndex
 from stream_dedupe.core.canonical import choose
-from stream_dedupe.core.lsh import band_keys
 from stream_dedupe.core.unionfind import ClusterInfo, UnionFind
 from stream_dedupe.storage.state import DocRecord, StateView
 
 
-def detach(
-    state: StateView, uf: UnionFind, params: DedupeParams, doc_id: str, prior: DocRecord
-) -> list[ev.Event]:
+def detach(state: StateView, uf: UnionFind, lsh: LshIndex, doc_id: str, prior: DocRecord) -> list[ev.Event]:
     """Remove ``doc_id``'s index entries and edges; rebuild what remains of its cluster.
 
     Args:
         state: The state view.
         uf: Union-find over the same state.
-        params: Engine parameters (band layout).
+        lsh: The band tables.
         doc_id: The document leaving.
         prior: Its current record.
 
@@ -31,7 +28,7 @@ def detach(
         ``cluster-split`` and ``canonical-changed`` events for the clusters left behind.
 
     """
-    _leave_index(state, params, doc_id, prior)
+    _leave_index(state, lsh, doc_id, prior)
     old = uf.cluster_of(doc_id)
     neighbours = state.edges(doc_id)
     if not neighbours:
@@ -55,20 +52,16 @@ def detach(
     return events
 
 
-def _leave_index(state: StateView, params: DedupeParams, doc_id: str, prior: DocRecord) -> None:
+def _leave_index(state: StateView, lsh: LshIndex, doc_id: str, prior: DocRecord) -> None:
     group = [m for m in state.exact_group(prior.content_hash) if m != doc_id]
     state.put_exact_group(prior.content_hash, group)
     signature = state.signature(doc_id)
     if prior.indexed and signature is not None:
-        successor = group[0] if group else None
-        bands, rows = params.band_layout
-        for key in band_keys(signature.reshape(1, -1), bands, rows)[0]:
-            bucket = [m for m in state.bucket(key) if m != doc_id]
-            if successor is not None and successor not in bucket:
-                bucket.append(successor)
-            state.put_bucket(key, bucket)
-        if successor is not None:
-            _promote(state, doc_id, successor, group)
+        hashes = lsh.hashes(signature.reshape(1, -1))[0]
+        lsh.remove(doc_id, hashes)
+        if group:
+            lsh.add(group[0], hashes)
+            _promote(state, doc_id, group[0], group)
     state.put_signature(doc_id, None)
     state.put_shingle_set(doc_id, None)
     state.put_document_json(doc_id, None)
@@ -82,13 +75,9 @@ def _promote(state: StateView, old: str, successor: str, group: list[str]) -> No
     """
     record = state.doc(successor)
     assert record is not None
-    state.put_doc(
-        successor, DocRecord(record.content_hash, record.length, record.updated_at_us, record.tokens, True)
-    )
+    state.put_doc(successor, DocRecord(record.content_hash, record.length, record.updated_at_us, record.tokens, True))
     known = {e[0] for e in state.edges(successor)}
-    new_edges = [
-        (o, s, x) for o, s, x in state.edges(old) if o not in known and o != successor and o not in group
-    ]
+    new_edges = [(o, s, x) for o, s, x in state.edges(old) if o not in known and o != successor and o not in group]
     new_edges += [(m, 1.0, True) for m in group[1:] if m not in known]
     state.put_edges(successor, [*state.edges(successor), *new_edges])
     for other, similarity, exact in new_edges:

@@ -17,10 +17,10 @@ import numpy as np
 
 from stream_dedupe.config import DedupeParams, RuntimeLimits
 from stream_dedupe.core import events as ev
+from stream_dedupe.core.bandindex import LshIndex
 from stream_dedupe.core.canonical import CanonicalKey
 from stream_dedupe.core.detach import detach
 from stream_dedupe.core.kernels import text_stats
-from stream_dedupe.core.lsh import band_keys
 from stream_dedupe.core.minhash import MinHasher
 from stream_dedupe.core.normalize import Normalizer
 from stream_dedupe.core.records import Document, Invalid
@@ -41,7 +41,7 @@ class _Prepared:
     length: int
     tokens: int
     signature: np.ndarray | None = None
-    keys: list[bytes] | None = None
+    band_hashes: np.ndarray | None = None
     shingle_set: np.ndarray | None = None
 
 
@@ -69,6 +69,33 @@ class DedupeEngine:
         self.counters: Counter[str] = Counter()
         self._check_params()
         self.seq = int(self.state.get_json(_SEQ_KEY) or 0)
+        bands, rows = self.params.band_layout
+        self.lsh = LshIndex(bands, rows, self.limits.max_bucket_size)
+        self.rebuild_index()
+
+    def rebuild_index(self) -> None:
+        """Rebuild the in-memory band tables from the signatures in the state (start-up, recovery)."""
+        bands, rows = self.params.band_layout
+        self.lsh = LshIndex(bands, rows, self.limits.max_bucket_size)
+        chunk: list[tuple[bytes, bytes]] = []
+        for item in self.store.items("sigs"):
+            chunk.append(item)
+            if len(chunk) == 4096:
+                self._index_chunk(chunk)
+                chunk = []
+        self._index_chunk(chunk)
+
+    def _index_chunk(self, chunk: list[tuple[bytes, bytes]]) -> None:
+        if not chunk:
+            return
+        records = self.store.get_many("docs", [k for k, _ in chunk])
+        indexed = [(k, v) for (k, v), r in zip(chunk, records, strict=True) if r and DocRecord.decode(r).indexed]
+        if not indexed:
+            return
+        sigs = np.frombuffer(b"".join(v for _, v in indexed), dtype="<u4").reshape(len(indexed), -1)
+        hashes = self.lsh.hashes(sigs)
+        for (key, _), row in zip(indexed, hashes, strict=True):
+            self.lsh.add(key.decode("utf-8"), row)
 
     def _check_params(self) -> None:
         wanted = self.params.to_state()
@@ -111,11 +138,7 @@ class DedupeEngine:
             if isinstance(record, Invalid):
                 self.counters["invalid"] += 1
                 self.counters[f"invalid:{record.reason}"] += 1
-                batch = [
-                    ev.invalid_event(
-                        record.doc_id, record.reason, record.detail, origins[i] if origins else None
-                    )
-                ]
+                batch = [ev.invalid_event(record.doc_id, record.reason, record.detail, origins[i] if origins else None)]
             else:
                 batch = self._decide(next(it))
             for event in batch:
@@ -151,25 +174,44 @@ class DedupeEngine:
         ]
         if docs:
             self._sign(prepared, buf, offsets)
-        self.state.prefetch("docs", [p.doc.doc_id.encode("utf-8") for p in prepared])
         self.state.prefetch("exact", [p.content_hash for p in prepared])
+        self._prefetch_neighbours(prepared)
         return prepared
+
+    def _prefetch_neighbours(self, prepared: list[_Prepared]) -> None:
+        """Load, with one multi-get per namespace, what deciding the batch will read.
+
+        The documents already in the state that a batch document can match are its exact-content
+        group and its LSH candidates; reading their records one by one was most of the engine's
+        time on duplicate-heavy input.
+        """
+        state = self.state
+        state.prefetch("docs", [p.doc.doc_id.encode("utf-8") for p in prepared])
+        # Documents seen before (re-crawls) are read back too: their old version may be detached.
+        ids = {p.doc.doc_id for p in prepared if state.get("docs", p.doc.doc_id.encode("utf-8")) is not None}
+        for item in prepared:
+            group = state.exact_group(item.content_hash)
+            if group:
+                ids.add(group[0])
+            elif item.band_hashes is not None:
+                ids |= self.lsh.query(item.band_hashes)
+        keys = [i.encode("utf-8") for i in ids]
+        for namespace in ("docs", "parent", "clusters", "edges", "sets" if self.params.verify == "exact" else "sigs"):
+            state.prefetch(namespace, keys)
 
     def _sign(self, prepared: list[_Prepared], buf: np.ndarray, offsets: np.ndarray) -> None:
         """MinHash and band keys for every document long enough for near-duplicate matching."""
         hashes, bounds = self.hasher.shingle_hashes_packed(buf, offsets)
         signatures = self.hasher.signatures_from_hashes(hashes, bounds)
-        bands, rows = self.params.band_layout
-        keys = band_keys(signatures, bands, rows)
+        all_hashes = self.lsh.hashes(signatures)
         min_tokens = max(self.params.min_tokens, 1)
         for row, item in enumerate(prepared):
             if item.tokens < min_tokens:
                 continue
             item.signature = signatures[row]
-            item.keys = keys[row]
+            item.band_hashes = all_hashes[row]
             if self.params.verify == "exact":
                 item.shingle_set = np.unique(hashes[bounds[row] : bounds[row + 1]])
-        self.state.prefetch("bands", [k for item in prepared for k in item.keys or ()])
 
     def _decide(self, item: _Prepared) -> list[ev.Event]:
         doc = item.doc
@@ -182,7 +224,7 @@ class DedupeEngine:
         events: list[ev.Event] = []
         if prior is not None:
             self.counters["replaced"] += 1
-            events.extend(detach(state, self.uf, self.params, doc.doc_id, prior))
+            events.extend(detach(state, self.uf, self.lsh, doc.doc_id, prior))
         group = state.exact_group(item.content_hash)
         state.put_exact_group(item.content_hash, [*group, doc.doc_id])
         state.put_document_json(doc.doc_id, doc.raw)
@@ -193,9 +235,7 @@ class DedupeEngine:
         elif item.signature is not None:
             matches = self._near_matches(item)
             indexed = True
-        state.put_doc(
-            doc.doc_id, DocRecord(item.content_hash, item.length, doc.updated_at_us, item.tokens, indexed)
-        )
+        state.put_doc(doc.doc_id, DocRecord(item.content_hash, item.length, doc.updated_at_us, item.tokens, indexed))
         if item.signature is not None:
             state.put_signature(doc.doc_id, item.signature)
             if item.shingle_set is not None:
@@ -209,10 +249,9 @@ class DedupeEngine:
         return [*self._join(doc.doc_id, matches), *events]
 
     def _near_matches(self, item: _Prepared) -> list[tuple[str, float, bool]]:
-        state = self.state
         doc_id = item.doc.doc_id
-        assert item.keys is not None and item.signature is not None
-        candidates, full = state.add_to_buckets(item.keys, doc_id, self.limits.max_bucket_size)
+        assert item.band_hashes is not None and item.signature is not None
+        candidates, full = self.lsh.add(doc_id, item.band_hashes)
         self.counters["hot_bucket_skips"] += full
         candidates.discard(doc_id)
         self.counters["candidates"] += len(candidates)
@@ -240,7 +279,7 @@ class DedupeEngine:
         for other, _, _ in matches:
             root = uf.find(other)
             before.setdefault(root, uf.info(root))
-        state.put_edges(doc_id, [*state.edges(doc_id), *matches])
+        state.put_edges(doc_id, list(matches))  # a new or just-detached document has no edges yet
         for other, similarity, exact in matches:
             state.put_edges(other, [*state.edges(other), (doc_id, similarity, exact)])
             uf.union(doc_id, other)

@@ -72,10 +72,58 @@ def murmur3_32(buf: np.ndarray, start: int, end: int, seed: int) -> np.uint32:  
     return _fmix32(h)
 
 
+@njit(cache=True, inline="always")
+def _murmur3_32_words(
+    buf: np.ndarray, words: np.ndarray, start: int, end: int, seed: int
+) -> np.uint32:  # pragma: no cover
+    """:func:`murmur3_32` reading each 4-byte block from ``words`` (``words[i]`` = LE uint32 at byte i)."""
+    h = np.uint32(seed)
+    n = end - start
+    nblocks = n // 4
+    for i in range(nblocks):
+        k = words[start + 4 * i]
+        k = np.uint32((k * _C1) & _M32)
+        k = _rotl32(k, 15)
+        k = np.uint32((k * _C2) & _M32)
+        h = np.uint32(h ^ k)
+        h = _rotl32(h, 13)
+        h = np.uint32((h * np.uint32(5) + np.uint32(0xE6546B64)) & _M32)
+    tail = start + 4 * nblocks
+    rem = n & 3
+    k = np.uint32(0)
+    if rem >= 3:
+        k = np.uint32(k ^ (np.uint32(buf[tail + 2]) << np.uint32(16)))
+    if rem >= 2:
+        k = np.uint32(k ^ (np.uint32(buf[tail + 1]) << np.uint32(8)))
+    if rem >= 1:
+        k = np.uint32(k ^ np.uint32(buf[tail]))
+        k = np.uint32((k * _C1) & _M32)
+        k = _rotl32(k, 15)
+        k = np.uint32((k * _C2) & _M32)
+        h = np.uint32(h ^ k)
+    h = np.uint32(h ^ np.uint32(n))
+    return _fmix32(h)
+
+
 @njit(cache=True)
-def _unit_starts(
-    buf: np.ndarray, start: int, end: int, kind: int, starts: np.ndarray
-) -> int:  # pragma: no cover
+def _le_words(buf: np.ndarray) -> np.ndarray:  # pragma: no cover - jit
+    """``words[i]``: the little-endian uint32 starting at byte ``i`` (zero-padded at the end)."""
+    n = buf.shape[0]
+    words = np.zeros(n + 1, dtype=np.uint32)
+    for i in range(n):
+        w = np.uint32(buf[i])
+        if i + 1 < n:
+            w |= np.uint32(buf[i + 1]) << np.uint32(8)
+        if i + 2 < n:
+            w |= np.uint32(buf[i + 2]) << np.uint32(16)
+        if i + 3 < n:
+            w |= np.uint32(buf[i + 3]) << np.uint32(24)
+        words[i] = w
+    return words
+
+
+@njit(cache=True)
+def _unit_starts(buf: np.ndarray, start: int, end: int, kind: int, starts: np.ndarray) -> int:  # pragma: no cover
     """Write the byte offsets where tokens (WORD) or code points (CHAR) start; return their count."""
     count = 0
     if end <= start:
@@ -106,31 +154,35 @@ def shingle_hashes(  # pragma: no cover - jit
 
     """
     n_docs = offsets.shape[0] - 1
-    starts = np.empty(buf.shape[0] + 1, dtype=np.int64)
+    words = _le_words(buf)
+    starts = np.empty(buf.shape[0] + n_docs + 1, dtype=np.int64)  # unit starts of all documents
+    unit_bounds = np.zeros(n_docs + 1, dtype=np.int64)
     bounds = np.zeros(n_docs + 1, dtype=np.int64)
     total = 0
     for d in range(n_docs):
-        units = _unit_starts(buf, offsets[d], offsets[d + 1], kind, starts)
+        units = _unit_starts(buf, offsets[d], offsets[d + 1], kind, starts[unit_bounds[d] :])
+        unit_bounds[d + 1] = unit_bounds[d] + units
         total += 0 if units == 0 else max(1, units - k + 1)
         bounds[d + 1] = total
     hashes = np.empty(total, dtype=np.uint32)
     for d in range(n_docs):
         s, e = offsets[d], offsets[d + 1]
-        units = _unit_starts(buf, s, e, kind, starts)
+        first = unit_bounds[d]
+        units = unit_bounds[d + 1] - first
         out = bounds[d]
         if units == 0:
             continue
         if units <= k:
-            hashes[out] = murmur3_32(buf, s, e, seed)
+            hashes[out] = _murmur3_32_words(buf, words, s, e, seed)
             continue
         for i in range(units - k + 1):
             if i + k == units:
                 stop = e
             elif kind == WORD:
-                stop = starts[i + k] - 1  # the separating space is not part of the shingle
+                stop = starts[first + i + k] - 1  # the separating space is not part of the shingle
             else:
-                stop = starts[i + k]
-            hashes[out + i] = murmur3_32(buf, starts[i], stop, seed)
+                stop = starts[first + i + k]
+            hashes[out + i] = _murmur3_32_words(buf, words, starts[first + i], stop, seed)
     return hashes, bounds
 
 

@@ -59,6 +59,12 @@ def _band_hashes(signatures: np.ndarray, bands: int, rows: int) -> np.ndarray:  
     return out
 
 
+def band_hashes(signatures: np.ndarray, bands: int, rows: int) -> np.ndarray:
+    """``(n, bands)`` uint64 hashes of each band of each signature (byte-order independent)."""
+    out: np.ndarray = _band_hashes(np.ascontiguousarray(signatures, dtype=np.uint32), bands, rows)
+    return out
+
+
 def band_keys(signatures: np.ndarray, bands: int, rows: int) -> list[list[bytes]]:
     """Band keys of each signature: 2-byte big-endian band index + 8-byte big-endian band hash.
 
@@ -74,7 +80,7 @@ def band_keys(signatures: np.ndarray, bands: int, rows: int) -> list[list[bytes]
         For each document, its ``bands`` keys of 10 bytes.
 
     """
-    hashes = _band_hashes(np.ascontiguousarray(signatures, dtype=np.uint32), bands, rows)
+    hashes = band_hashes(signatures, bands, rows)
     packed = np.empty(hashes.shape, dtype=[("band", ">u2"), ("hash", ">u8")])
     packed["band"] = np.arange(bands, dtype=np.uint16)
     packed["hash"] = hashes

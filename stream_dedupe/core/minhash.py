@@ -51,9 +51,7 @@ class MinHasher:
 
     def shingle_hashes_packed(self, buf: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`shingle_hashes` of texts already packed by :func:`pack`."""
-        hashes, bounds = kernels.shingle_hashes(
-            buf, offsets, self._kind, self.shingle.size, SHINGLE_HASH_SEED
-        )
+        hashes, bounds = kernels.shingle_hashes(buf, offsets, self._kind, self.shingle.size, SHINGLE_HASH_SEED)
         return hashes, bounds
 
     def signatures(self, texts: Sequence[bytes]) -> np.ndarray:

@@ -91,9 +91,7 @@ def parse_document(raw: bytes, max_bytes: int) -> Document | Invalid:
 
     """
     if len(raw) > max_bytes:
-        return Invalid(
-            "too-large", f"record is {len(raw)} bytes, over the limit of {max_bytes} (--max-doc-bytes)"
-        )
+        return Invalid("too-large", f"record is {len(raw)} bytes, over the limit of {max_bytes} (--max-doc-bytes)")
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as exc:

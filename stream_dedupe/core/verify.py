@@ -13,9 +13,7 @@ def estimated_jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> float:
 
     """
     if sig_a.shape != sig_b.shape:
-        raise ValueError(
-            f"signatures of different lengths {sig_a.shape} and {sig_b.shape} cannot be compared"
-        )
+        raise ValueError(f"signatures of different lengths {sig_a.shape} and {sig_b.shape} cannot be compared")
     return float(np.count_nonzero(sig_a == sig_b)) / float(sig_a.shape[0])
 
 

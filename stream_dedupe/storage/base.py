@@ -13,9 +13,8 @@ from typing import Protocol
 NAMESPACES: dict[str, str] = {
     "meta": "parameters, counters, run checkpoint",
     "docs": "document id -> document record (content hash, canonical key, flags)",
-    "sigs": "document id -> MinHash signature (little-endian uint32)",
+    "sigs": "document id -> MinHash signature (little-endian uint32); the LSH band tables are rebuilt from it",
     "sets": "document id -> sorted shingle hash set (exact verification only)",
-    "bands": "band key -> ids of the documents in that LSH bucket",
     "exact": "normalized content hash -> ids of the documents with that content",
     "parent": "document id -> union-find parent (non-roots only)",
     "clusters": "root id -> cluster record (clusters of two or more only)",

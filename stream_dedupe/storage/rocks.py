@@ -46,9 +46,7 @@ class RocksStore:
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             opts = _options()
-            self._db = Rdict(
-                str(self.path), opts, column_families={ns: _options(bloom=True) for ns in NAMESPACES}
-            )
+            self._db = Rdict(str(self.path), opts, column_families={ns: _options(bloom=True) for ns in NAMESPACES})
         except Exception as exc:
             text = str(exc)
             if "lock" in text.lower():

@@ -42,9 +42,7 @@ class DocRecord:
 
     def encode(self) -> bytes:
         """Versioned JSON encoding."""
-        return orjson.dumps(
-            [1, self.content_hash.hex(), self.length, self.updated_at_us, self.tokens, self.indexed]
-        )
+        return orjson.dumps([1, self.content_hash.hex(), self.length, self.updated_at_us, self.tokens, self.indexed])
 
     @classmethod
     def decode(cls, raw: bytes) -> DocRecord:
@@ -160,40 +158,6 @@ class StateView:
 
     def _put_id_list(self, namespace: str, key: bytes, ids: list[str]) -> None:
         self.put(namespace, key, orjson.dumps(ids) if ids else None)
-
-    def bucket(self, band_key: bytes) -> list[str]:
-        """Ids in an LSH bucket."""
-        return self._id_list("bands", band_key)
-
-    def put_bucket(self, band_key: bytes, ids: list[str]) -> None:
-        """Replace an LSH bucket (empty deletes it)."""
-        self._put_id_list("bands", band_key, ids)
-
-    def add_to_buckets(self, keys: Sequence[bytes], doc_id: str, cap: int) -> tuple[set[str], int]:
-        """Look up and join the LSH buckets of ``keys`` in one pass (the engine's hot loop).
-
-        Returns:
-            ``(members found, buckets that were full)``: ``doc_id`` is not added to full buckets.
-
-        """
-        cache, dirty = self._cache["bands"], self._dirty["bands"]
-        found: set[str] = set()
-        full = 0
-        single = orjson.dumps([doc_id])
-        for key in keys:
-            raw = cache[key] if key in cache else self.get("bands", key)
-            if raw is None:
-                cache[key] = single
-            else:
-                members = orjson.loads(raw)
-                found.update(members)
-                if len(members) >= cap:
-                    full += 1
-                    continue
-                members.append(doc_id)
-                cache[key] = orjson.dumps(members)
-            dirty.add(key)
-        return found, full
 
     def exact_group(self, content_hash: bytes) -> list[str]:
         """Ids of the documents whose normalized text has this hash (first: the indexed one)."""

@@ -71,7 +71,7 @@ fetch_jars() {
     die "maven download of Kafka $KAFKA_VERSION failed (full log: $CACHE_DIR/mvn.log)"
   fi
   [[ -f "$LIB_DIR/kafka_2.13-$KAFKA_VERSION.jar" ]] || { rm -rf "$LIB_DIR"; die "kafka_2.13-$KAFKA_VERSION.jar missing after download"; }
-  ls "$LIB_DIR" > "$LIB_MARKER"
+  ls "$LIB_DIR" > "$LIB_MARKER.tmp" && mv "$LIB_MARKER.tmp" "$LIB_MARKER"   # marker = download complete
   log "downloaded $(wc -l < "$LIB_MARKER") jars in $((SECONDS - t0))s"
   exec 8>&-
 }

@@ -1,0 +1,149 @@
+"""Embedded engine vs datasketch on the same ~1.7 KB documents, side by side in one run.
+
+Both pipelines start from JSON lines and end with a decision per document (new or duplicate-of
+an earlier document, verified at the threshold):
+
+* stream-dedupe: ``stream_dedupe.embedded.run`` (the ``dedupe`` command's loop) with RocksDB
+  state on disk and events written to a file;
+* datasketch: JSON parse, the same normalization and word shingles, ``MinHash.bulk`` with the
+  same hash function, ``MinHashLSH`` at the same threshold, ``query`` then ``insert``, and a
+  ``jaccard`` check of each candidate (in memory, no state on disk).
+
+Pair recall is measured against the generator's families (a document is counted as found
+when it is decided duplicate-of a member of its own family).
+
+    python bench/bench_embedded.py --docs 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from synth import generate
+
+from stream_dedupe.config import DedupeParams, RuntimeLimits
+from stream_dedupe.core.engine import DedupeEngine
+from stream_dedupe.core.normalize import Normalizer
+from stream_dedupe.core.shingle import shingle_hash, shingles
+from stream_dedupe.embedded import run
+from stream_dedupe.storage.rocks import RocksStore
+
+
+def bench_engine(path: Path, workdir: Path, families: dict[str, str]) -> dict[str, float]:
+    store = RocksStore(workdir / "state")
+    engine = DedupeEngine(DedupeParams(), store, RuntimeLimits())
+    with open(workdir / "events.jsonl", "wb") as out:
+        started = time.perf_counter()
+        result = run(engine, [str(path)], out, 512, 1 << 20)
+        seconds = time.perf_counter() - started
+    state_bytes = store.disk_bytes()
+    store.close()
+    found = 0
+    for line in (workdir / "events.jsonl").read_bytes().splitlines():
+        e = orjson.loads(line)
+        if e["event"] == "duplicate-of" and families[e["id"]] == families[e["of"]]:
+            found += 1
+    return {
+        "seconds": seconds,
+        "docs_per_s": result.lines / seconds,
+        "duplicates": result.counters["duplicate-of"],
+        "correct_duplicates": found,
+        "state_bytes_per_doc": state_bytes / result.lines,
+    }
+
+
+def bench_datasketch(path: Path, families: dict[str, str], threshold: float) -> dict[str, float]:
+    from datasketch import MinHash, MinHashLSH
+
+    normalizer = Normalizer()
+    params = DedupeParams()
+    lsh = MinHashLSH(threshold=threshold, num_perm=params.num_perm)
+    started = time.perf_counter()
+    duplicates = found = lines = 0
+    batch: list[tuple[str, list[bytes]]] = []
+
+    def decide() -> None:
+        nonlocal duplicates, found
+        sketches = MinHash.bulk(
+            [s for _, s in batch], num_perm=params.num_perm, seed=params.seed, hashfunc=shingle_hash
+        )
+        for (doc_id, _), m in zip(batch, sketches, strict=True):
+            best = max(
+                (c for c in lsh.query(m) if sigs[c].jaccard(m) >= threshold),
+                default=None,
+                key=lambda c: sigs[c].jaccard(m),
+            )
+            if best is not None:
+                duplicates += 1
+                found += families[doc_id] == families[best]
+            lsh.insert(doc_id, m)
+            sigs[doc_id] = m
+        batch.clear()
+
+    sigs: dict[str, MinHash] = {}
+    with open(path, "rb") as fh:
+        for line in fh:
+            lines += 1
+            doc = orjson.loads(line)
+            batch.append((doc["id"], shingles(normalizer.normalize(doc["text"]), params.shingle)))
+            if len(batch) == 512:
+                decide()
+    decide()
+    seconds = time.perf_counter() - started
+    return {"seconds": seconds, "docs_per_s": lines / seconds, "duplicates": duplicates, "correct_duplicates": found}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="embedded engine vs datasketch, same documents, one run")
+    parser.add_argument("--docs", type=int, default=20000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--skip-datasketch", action="store_true")
+    parser.add_argument("--out", default="bench/out/embedded.json")
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="sd-bench-"))
+    try:
+        path = workdir / "corpus.jsonl"
+        families: dict[str, str] = {}
+        true_dups = 0
+        seen: set[str] = set()
+        with open(path, "wb") as fh:
+            for doc in generate(args.docs, args.seed):
+                families[str(doc["id"])] = str(doc["family"])
+                true_dups += doc["family"] in seen
+                seen.add(str(doc["family"]))
+                fh.write(orjson.dumps(doc) + b"\n")
+        size = path.stat().st_size / args.docs
+        # warm-up: load the compiled kernels from numba's cache outside the timed region
+        DedupeEngine(DedupeParams(), __import__("stream_dedupe.storage.memory", fromlist=["x"]).MemoryStore()).process(
+            []
+        )
+        engine = bench_engine(path, workdir, families)
+        report = {
+            "docs": args.docs,
+            "bytes_per_doc": round(size),
+            "true_duplicates": true_dups,
+            "python": platform.python_version(),
+            "engine": engine,
+        }
+        if not args.skip_datasketch:
+            report["datasketch"] = bench_datasketch(path, families, DedupeParams().threshold)
+            report["speedup"] = engine["docs_per_s"] / report["datasketch"]["docs_per_s"]
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=2))
+        print(json.dumps(report, indent=2))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+"""The LSH band tables: an in-memory index derived from the stored signatures.
+
+Why not one state key per band bucket: with 18 bands that is 18 reads and 18 writes per document
+in RocksDB (and 18 changelog records per document in the worker); measured, those key operations
+alone cost more than everything else the engine does per document. The band tables are therefore
+*derived* data: compact open-addressing hash tables in numpy arrays (8 bytes per entry per band,
+no Python objects), rebuilt from the signatures that the state does store, once at start-up
+(see BENCHMARKS.md for the rebuild time). Each band has its own table keyed by the high 32 bits of
+the band hash, which also picks the slot (so a table can be rehashed from its keys alone); a
+32-bit collision only adds a candidate, which verification then rejects.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from stream_dedupe.core.lsh import band_hashes
+
+_EMPTY = -1
+_DELETED = -2
+
+
+@njit(cache=True)
+def _query_insert(  # pragma: no cover - jit
+    keys: np.ndarray, vals: np.ndarray, hashes: np.ndarray, ordinal: int, cap: int, insert: bool, out: np.ndarray
+) -> tuple[int, int]:
+    mask = keys.shape[1] - 1
+    found = 0
+    full = 0
+    for band in range(hashes.shape[0]):
+        h = hashes[band]
+        key = np.uint32(h >> np.uint64(32))
+        slot = int(key) & mask
+        same = 0
+        while vals[band, slot] != _EMPTY:
+            if vals[band, slot] >= 0 and keys[band, slot] == key:
+                if found < out.shape[0]:
+                    out[found] = vals[band, slot]
+                    found += 1
+                same += 1
+            slot = (slot + 1) & mask
+        if insert:
+            if same >= cap:
+                full += 1
+            else:
+                keys[band, slot] = key
+                vals[band, slot] = ordinal
+    return found, full
+
+
+@njit(cache=True)
+def _remove(keys: np.ndarray, vals: np.ndarray, hashes: np.ndarray, ordinal: int) -> int:  # pragma: no cover
+    mask = keys.shape[1] - 1
+    removed = 0
+    for band in range(hashes.shape[0]):
+        h = hashes[band]
+        key = np.uint32(h >> np.uint64(32))
+        slot = int(key) & mask
+        while vals[band, slot] != _EMPTY:
+            if vals[band, slot] == ordinal and keys[band, slot] == key:
+                vals[band, slot] = _DELETED
+                removed += 1
+            slot = (slot + 1) & mask
+    return removed
+
+
+@njit(cache=True)
+def _rehash(keys: np.ndarray, vals: np.ndarray, new_keys: np.ndarray, new_vals: np.ndarray) -> int:  # pragma: no cover
+    mask = new_keys.shape[1] - 1
+    live = 0
+    for band in range(keys.shape[0]):
+        for i in range(keys.shape[1]):
+            v = vals[band, i]
+            if v < 0:
+                continue
+            slot = int(keys[band, i]) & mask
+            while new_vals[band, slot] != _EMPTY:
+                slot = (slot + 1) & mask
+            new_keys[band, slot] = keys[band, i]
+            new_vals[band, slot] = v
+            live += 1
+    return live
+
+
+class BandIndex:
+    """LSH band tables over document ordinals (ints assigned by the caller).
+
+    Args:
+        bands: Number of bands.
+        rows: Rows per band.
+        capacity: Initial slots per band (rounded up to a power of two; grows by doubling).
+
+    """
+
+    def __init__(self, bands: int, rows: int, capacity: int = 1 << 14) -> None:
+        self.bands = bands
+        self.rows = rows
+        size = 1 << max(4, (capacity - 1).bit_length())
+        self._keys = np.zeros((bands, size), dtype=np.uint32)
+        self._vals = np.full((bands, size), _EMPTY, dtype=np.int32)
+        self._used = 0  # slots ever filled per band (live + deleted)
+        self._out = np.empty(0, dtype=np.int32)
+
+    @property
+    def capacity(self) -> int:
+        """Slots per band."""
+        return int(self._keys.shape[1])
+
+    def memory_bytes(self) -> int:
+        """Bytes held by the tables."""
+        return int(self._keys.nbytes + self._vals.nbytes)
+
+    def hashes(self, signatures: np.ndarray) -> np.ndarray:
+        """``(n, bands)`` uint64 band hashes of signatures (computed once per document)."""
+        return band_hashes(signatures, self.bands, self.rows)
+
+    def query_insert(self, hashes: np.ndarray, ordinal: int, cap: int, insert: bool = True) -> tuple[np.ndarray, int]:
+        """Ordinals sharing a band with ``hashes``; then add ``ordinal`` (unless a bucket is full).
+
+        Args:
+            hashes: The document's band hashes, shape ``(bands,)``.
+            ordinal: The document's ordinal.
+            cap: A bucket that already holds ``cap`` entries is not joined (a hot bucket).
+            insert: False to only look up.
+
+        Returns:
+            ``(ordinals found (with repeats), buckets that were full)``.
+
+        """
+        if insert and 2 * (self._used + 1) > self.capacity:
+            self._grow()
+        if self._out.shape[0] < self.bands * cap:
+            self._out = np.empty(self.bands * cap, dtype=np.int32)
+        found, full = _query_insert(self._keys, self._vals, hashes, ordinal, cap, insert, self._out)
+        if insert:
+            self._used += 1
+        return self._out[:found].copy(), int(full)
+
+    def remove(self, hashes: np.ndarray, ordinal: int) -> int:
+        """Remove ``ordinal``'s entries; returns how many were removed."""
+        return int(_remove(self._keys, self._vals, hashes, ordinal))
+
+    def _grow(self) -> None:
+        size = self.capacity * 2
+        keys = np.zeros((self.bands, size), dtype=np.uint32)
+        vals = np.full((self.bands, size), _EMPTY, dtype=np.int32)
+        live = _rehash(self._keys, self._vals, keys, vals)
+        self._keys, self._vals = keys, vals
+        self._used = live // max(self.bands, 1)
+
+
+class LshIndex:
+    """Band tables over document ids: assigns ordinals and maps them back to ids.
+
+    Args:
+        bands: Number of bands.
+        rows: Rows per band.
+        bucket_cap: A bucket with this many members is not joined (counted as a hot bucket).
+
+    """
+
+    def __init__(self, bands: int, rows: int, bucket_cap: int) -> None:
+        self.tables = BandIndex(bands, rows)
+        self.bucket_cap = bucket_cap
+        self._ids: list[str] = []
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def hashes(self, signatures: np.ndarray) -> np.ndarray:
+        """Band hashes of ``(n, num_perm)`` signatures."""
+        return self.tables.hashes(signatures)
+
+    def add(self, doc_id: str, hashes: np.ndarray) -> tuple[set[str], int]:
+        """Candidates of a document (ids sharing a band), then index it.
+
+        Returns:
+            ``(candidate ids, buckets that were full)``.
+
+        """
+        ordinals, full = self.tables.query_insert(hashes, len(self._ids), self.bucket_cap)
+        self._ids.append(doc_id)
+        ids = self._ids
+        return {ids[o] for o in set(ordinals.tolist())}, full
+
+    def query(self, hashes: np.ndarray) -> set[str]:
+        """Ids sharing a band with ``hashes`` (nothing is indexed)."""
+        ordinals, _ = self.tables.query_insert(hashes, -1, self.bucket_cap, insert=False)
+        return {self._ids[o] for o in set(ordinals.tolist())}
+
+    def remove(self, doc_id: str, hashes: np.ndarray) -> None:
+        """Take a document's entries out of the tables."""
+        ordinals, _ = self.tables.query_insert(hashes, -1, self.bucket_cap, insert=False)
+        for ordinal in set(ordinals.tolist()):
+            if self._ids[ordinal] == doc_id:
+                self.tables.remove(hashes, ordinal)

@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+import numpy as np
+
+from stream_dedupe.core.bandindex import BandIndex, LshIndex
+
+
+def random_sigs(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 2**32, size=(n, 64), dtype=np.uint64).astype(np.uint32)
+
+
+def test_finds_what_shares_a_band_and_survives_growth() -> None:
+    index = BandIndex(8, 8, capacity=16)
+    sigs = random_sigs(3000)
+    hashes = index.hashes(sigs)
+    for i in range(3000):
+        found, full = index.query_insert(hashes[i], i, cap=100)
+        assert found.size == 0 and full == 0
+    assert index.capacity >= 4096  # grew several times, entries kept
+    probe = sigs[1234].copy()
+    probe[8:] += 1  # only band 0 is still equal
+    found, _ = index.query_insert(index.hashes(probe[None, :])[0], 5000, cap=100, insert=False)
+    assert found.tolist() == [1234]
+
+
+def test_remove_and_cap() -> None:
+    index = LshIndex(4, 4, bucket_cap=2)
+    sig = random_sigs(1)
+    hashes = index.hashes(sig)[0]
+    assert index.add("a", hashes) == (set(), 0)
+    assert index.add("b", hashes) == ({"a"}, 0)
+    assert index.add("c", hashes) == ({"a", "b"}, 4)  # every bucket full: c is not indexed
+    assert index.query(hashes) == {"a", "b"}
+    index.remove("a", hashes)
+    assert index.query(hashes) == {"b"}
