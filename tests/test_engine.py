@@ -167,3 +167,49 @@ def test_hot_buckets_are_capped(store: KVStore) -> None:
     assert engine.counters["hot_bucket_skips"] > 0
     clusters = final_clusters(store)
     assert len(clusters) == 1 and len(clusters[0][2]) == 8
+
+
+@pytest.mark.parametrize("seed", [17, 18, 19, 20])
+def test_canonical_updates_replay_to_the_canonical_set(store: KVStore, seed: int) -> None:
+    """Applying every batch's canonical updates to a dict (a compacted topic) gives the canonical set."""
+    from stream_dedupe.core.records import Deletion
+    from stream_dedupe.exports import iter_canonical_documents
+
+    rng = random.Random(seed)
+    bases = [text(rng, 80) for _ in range(6)]
+    engine = DedupeEngine(DedupeParams(), store)
+    topic: dict[str, bytes] = {}
+    for step in range(40):
+        batch: list[object] = []
+        for _ in range(rng.randint(1, 6)):
+            doc_id = f"d{rng.randrange(20)}"
+            roll = rng.random()
+            if roll < 0.15:
+                batch.append(Deletion(doc_id))
+            else:
+                body = bases[rng.randrange(len(bases))]
+                words = body.split()[: rng.randint(70, 80)]
+                batch.append(doc(doc_id, " ".join(words) + f" v{rng.randrange(3)}"))
+        events = engine.process(batch)  # type: ignore[arg-type]
+        for doc_id, raw in engine.canonical_updates(events):
+            if raw is None:
+                topic.pop(doc_id, None)
+            else:
+                topic[doc_id] = raw
+        engine.commit()
+        assert sorted(topic.values()) == sorted(iter_canonical_documents(store)), step
+
+
+def test_deleting_a_canonical_elects_another(store: KVStore) -> None:
+    from stream_dedupe.core.records import Deletion
+
+    body = text(random.Random(8), 100)
+    engine = DedupeEngine(DedupeParams(), store)
+    run_all(engine, [("a", body), ("b", body + " and a longer tail")])
+    events = engine.process([Deletion("b"), Deletion("zzz")])
+    assert events[0] == {"event": "deleted", "id": "b", "known": True, "seq": events[0]["seq"]}
+    assert any(e["event"] == "canonical-changed" and e["canonical"] == "a" for e in events)
+    assert events[-1]["event"] == "deleted" and events[-1]["known"] is False
+    assert engine.canonical_updates(events) == [("b", None), ("a", engine.state.document_json("a")), ("zzz", None)]
+    engine.commit()
+    assert engine.cluster_of("b") is None

@@ -36,6 +36,7 @@ def test_all_event_kinds_validate(validator: jsonschema.Draft202012Validator) ->
         doc("x", text(rng, 70)),
         doc("l", left),
         parse_document(b"{oops", 100),
+        parse_document(b'{"id": "r", "deleted": true}', 100),
     ]
     events = engine.process(records, [{"source": "t", "line": i + 1} for i in range(len(records))])
     kinds = {e["event"] for e in events}
@@ -43,6 +44,7 @@ def test_all_event_kinds_validate(validator: jsonschema.Draft202012Validator) ->
         "new",
         "duplicate-of",
         "unchanged",
+        "deleted",
         "invalid",
         "canonical-changed",
         "clusters-merged",

@@ -23,7 +23,7 @@ from stream_dedupe.core.detach import detach
 from stream_dedupe.core.kernels import text_stats
 from stream_dedupe.core.minhash import MinHasher
 from stream_dedupe.core.normalize import Normalizer
-from stream_dedupe.core.records import Document, Invalid
+from stream_dedupe.core.records import Deletion, Document, Invalid, Record
 from stream_dedupe.core.unionfind import ClusterInfo, UnionFind
 from stream_dedupe.core.verify import estimated_jaccard, exact_jaccard
 from stream_dedupe.errors import StateMismatchError
@@ -118,7 +118,7 @@ class DedupeEngine:
 
     # -- public API -------------------------------------------------------------------------
     def process(
-        self, records: Sequence[Document | Invalid], origins: Sequence[dict[str, Any] | None] | None = None
+        self, records: Sequence[Record], origins: Sequence[dict[str, Any] | None] | None = None
     ) -> list[ev.Event]:
         """Decide a batch of records; return their events in order, with ``seq`` numbers.
 
@@ -139,6 +139,8 @@ class DedupeEngine:
                 self.counters["invalid"] += 1
                 self.counters[f"invalid:{record.reason}"] += 1
                 batch = [ev.invalid_event(record.doc_id, record.reason, record.detail, origins[i] if origins else None)]
+            elif isinstance(record, Deletion):
+                batch = self._delete(record.doc_id)
             else:
                 batch = self._decide(next(it))
             for event in batch:
@@ -147,6 +149,35 @@ class DedupeEngine:
             out.extend(batch)
         self.state.put_json(_SEQ_KEY, self.seq)
         return out
+
+    def canonical_updates(self, events: Sequence[ev.Event]) -> list[tuple[str, bytes | None]]:
+        """What the events change in the set of canonical documents, for a compacted topic.
+
+        Call after :meth:`process` and before :meth:`commit`. Returns, in order and once per id,
+        ``(id, original JSON)`` for each document that is now a canonical and ``(id, None)`` (a
+        tombstone) for each one that no longer is (or was deleted).
+        """
+        touched: dict[str, None] = {}
+        for event in events:
+            kind = event["event"]
+            if kind in ("new", "duplicate-of", "deleted"):
+                # duplicate-of: a tombstone too when the id was a canonical before (a re-crawl)
+                touched.pop(event["id"], None)
+                touched[event["id"]] = None
+            elif kind in ("canonical-changed", "cluster-split"):
+                for doc_id in (
+                    event["previous"],
+                    event.get("canonical"),
+                    *(p["canonical"] for p in event.get("clusters", ())),
+                ):
+                    if doc_id is not None:
+                        touched.pop(doc_id, None)
+                        touched[doc_id] = None
+        updates: list[tuple[str, bytes | None]] = []
+        for doc_id in touched:
+            canonical = self.state.doc(doc_id) is not None and self.uf.cluster_of(doc_id).canonical.doc_id == doc_id
+            updates.append((doc_id, self.state.document_json(doc_id) if canonical else None))
+        return updates
 
     def commit(self, meta: dict[bytes, bytes | None] | None = None) -> None:
         """Write the staged state changes (and ``meta`` entries) atomically."""
@@ -247,6 +278,13 @@ class DedupeEngine:
             events.insert(0, ev.document_event("new", doc.doc_id, alone))
             return events
         return [*self._join(doc.doc_id, matches), *events]
+
+    def _delete(self, doc_id: str) -> list[ev.Event]:
+        self.counters["deleted"] += 1
+        prior = self.state.doc(doc_id)
+        if prior is None:
+            return [ev.deleted_event(doc_id, known=False)]
+        return [ev.deleted_event(doc_id, known=True), *detach(self.state, self.uf, self.lsh, doc_id, prior)]
 
     def _near_matches(self, item: _Prepared) -> list[tuple[str, float, bool]]:
         doc_id = item.doc.doc_id

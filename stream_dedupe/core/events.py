@@ -9,7 +9,7 @@ from stream_dedupe.core.unionfind import ClusterInfo
 Event = dict[str, Any]
 
 #: Events of which exactly one is emitted per input record.
-DOCUMENT_EVENTS = ("new", "duplicate-of", "unchanged", "invalid")
+DOCUMENT_EVENTS = ("new", "duplicate-of", "unchanged", "deleted", "invalid")
 #: Events that describe cluster changes caused by a document.
 CLUSTER_EVENTS = ("canonical-changed", "clusters-merged", "cluster-split")
 
@@ -33,6 +33,11 @@ def document_event(
         "canonical": cluster.canonical.doc_id,
         "cluster_size": cluster.size,
     }
+
+
+def deleted_event(doc_id: str, known: bool) -> Event:
+    """A ``deleted`` event; ``known`` is False when the id was not in the state."""
+    return {"event": "deleted", "id": doc_id, "known": known}
 
 
 def invalid_event(doc_id: str | None, reason: str, detail: str, origin: dict[str, Any] | None) -> Event:

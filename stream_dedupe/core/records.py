@@ -65,6 +65,21 @@ class Invalid:
     doc_id: str | None = None
 
 
+@dataclass(frozen=True)
+class Deletion:
+    """The document is gone (a Kafka tombstone, or ``"deleted": true``).
+
+    Attributes:
+        doc_id: The document id.
+
+    """
+
+    doc_id: str
+
+
+Record = Document | Invalid | Deletion
+
+
 def parse_timestamp(value: str) -> int:
     """Parse an RFC 3339 timestamp with a time zone into microseconds since the epoch.
 
@@ -79,7 +94,7 @@ def parse_timestamp(value: str) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
-def parse_document(raw: bytes, max_bytes: int) -> Document | Invalid:
+def parse_document(raw: bytes, max_bytes: int) -> Document | Invalid | Deletion:
     """Validate one input record.
 
     Args:
@@ -87,7 +102,8 @@ def parse_document(raw: bytes, max_bytes: int) -> Document | Invalid:
         max_bytes: Records larger than this are rejected as ``too-large``.
 
     Returns:
-        A :class:`Document`, or an :class:`Invalid` saying why not.
+        A :class:`Document`, a :class:`Deletion` (``"deleted": true``), or an :class:`Invalid`
+        saying why not.
 
     """
     if len(raw) > max_bytes:
@@ -105,12 +121,14 @@ def parse_document(raw: bytes, max_bytes: int) -> Document | Invalid:
     return _validate_object(value, raw)
 
 
-def _validate_object(value: dict[str, Any], raw: bytes) -> Document | Invalid:
+def _validate_object(value: dict[str, Any], raw: bytes) -> Document | Invalid | Deletion:
     doc_id = value.get("id")
     if doc_id is None or doc_id == "":
         return Invalid("missing-id", 'record has no "id" (a non-empty string is required)')
     if not isinstance(doc_id, str):
         return Invalid("bad-id", f'"id" must be a string, got {type(doc_id).__name__}')
+    if value.get("deleted") is True:
+        return Deletion(doc_id)
     text = value.get("text")
     if text is None:
         return Invalid("missing-text", 'record has no "text" (a string is required)', doc_id)
