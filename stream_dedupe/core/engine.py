@@ -229,6 +229,11 @@ class DedupeEngine:
         keys = [i.encode("utf-8") for i in ids]
         for namespace in ("docs", "parent", "clusters", "edges", "sets" if self.params.verify == "exact" else "sigs"):
             state.prefetch(namespace, keys)
+        # Union-find roots of those documents (one level; paths are compressed as they are used).
+        roots = {p for p in (state.get("parent", k) for k in keys) if p is not None}
+        if roots:
+            for namespace in ("docs", "parent", "clusters"):
+                state.prefetch(namespace, list(roots))
 
     def _sign(self, prepared: list[_Prepared], buf: np.ndarray, offsets: np.ndarray) -> None:
         """MinHash and band keys for every document long enough for near-duplicate matching."""
@@ -256,6 +261,11 @@ class DedupeEngine:
         if prior is not None:
             self.counters["replaced"] += 1
             events.extend(detach(state, self.uf, self.lsh, doc.doc_id, prior))
+        if prior is None:
+            # A document never seen before has no union-find records and no edges yet.
+            key = doc.doc_id.encode("utf-8")
+            for namespace in ("parent", "clusters", "edges"):
+                state.mark_absent(namespace, key)
         group = state.exact_group(item.content_hash)
         state.put_exact_group(item.content_hash, [*group, doc.doc_id])
         state.put_document_json(doc.doc_id, doc.raw)

@@ -54,6 +54,13 @@ class DocRecord:
 Edge = tuple[str, float, bool]
 
 
+def _le_bytes(values: np.ndarray) -> bytes:
+    """Little-endian uint32 bytes (no copy-convert on little-endian hosts)."""
+    if values.dtype == _U32:
+        return values.tobytes()
+    return values.astype(_U32).tobytes()
+
+
 def _key(doc_id: str) -> bytes:
     return doc_id.encode("utf-8")
 
@@ -90,6 +97,10 @@ class StateView:
         """Write into the overlay (None deletes)."""
         self._cache[namespace][key] = value
         self._dirty[namespace].add(key)
+
+    def mark_absent(self, namespace: str, key: bytes) -> None:
+        """Record in the overlay that ``key`` is known to be absent (saves a store read)."""
+        self._cache[namespace].setdefault(key, None)
 
     def commit(self, meta: dict[bytes, bytes | None] | None = None) -> None:
         """Apply every held-back write, plus ``meta`` entries, as one atomic batch."""
@@ -140,7 +151,7 @@ class StateView:
 
     def put_signature(self, doc_id: str, signature: np.ndarray | None) -> None:
         """Store (or delete) a signature, little-endian."""
-        self.put("sigs", _key(doc_id), None if signature is None else signature.astype(_U32).tobytes())
+        self.put("sigs", _key(doc_id), None if signature is None else _le_bytes(signature))
 
     def shingle_set(self, doc_id: str) -> np.ndarray | None:
         """The sorted unique shingle hashes of a document (exact mode), or None."""
@@ -149,7 +160,7 @@ class StateView:
 
     def put_shingle_set(self, doc_id: str, hashes: np.ndarray | None) -> None:
         """Store (or delete) a shingle set, little-endian."""
-        self.put("sets", _key(doc_id), None if hashes is None else hashes.astype(_U32).tobytes())
+        self.put("sets", _key(doc_id), None if hashes is None else _le_bytes(hashes))
 
     # -- index ------------------------------------------------------------------------------
     def _id_list(self, namespace: str, key: bytes) -> list[str]:
