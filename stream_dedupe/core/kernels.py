@@ -35,48 +35,14 @@ def _fmix32(h: np.uint32) -> np.uint32:
     return np.uint32(h ^ (h >> np.uint32(16)))
 
 
-@njit(cache=True)
-def murmur3_32(buf: np.ndarray, start: int, end: int, seed: int) -> np.uint32:  # pragma: no cover - jit
-    """MurmurHash3 x86_32 of ``buf[start:end]`` (the same value as ``mmh3.hash(..., signed=False)``)."""
-    h = np.uint32(seed)
-    n = end - start
-    nblocks = n // 4
-    for i in range(nblocks):
-        j = start + 4 * i
-        k = np.uint32(
-            np.uint32(buf[j])
-            | (np.uint32(buf[j + 1]) << np.uint32(8))
-            | (np.uint32(buf[j + 2]) << np.uint32(16))
-            | (np.uint32(buf[j + 3]) << np.uint32(24))
-        )
-        k = np.uint32((k * _C1) & _M32)
-        k = _rotl32(k, 15)
-        k = np.uint32((k * _C2) & _M32)
-        h = np.uint32(h ^ k)
-        h = _rotl32(h, 13)
-        h = np.uint32((h * np.uint32(5) + np.uint32(0xE6546B64)) & _M32)
-    tail = start + 4 * nblocks
-    rem = n & 3
-    k = np.uint32(0)
-    if rem >= 3:
-        k = np.uint32(k ^ (np.uint32(buf[tail + 2]) << np.uint32(16)))
-    if rem >= 2:
-        k = np.uint32(k ^ (np.uint32(buf[tail + 1]) << np.uint32(8)))
-    if rem >= 1:
-        k = np.uint32(k ^ np.uint32(buf[tail]))
-        k = np.uint32((k * _C1) & _M32)
-        k = _rotl32(k, 15)
-        k = np.uint32((k * _C2) & _M32)
-        h = np.uint32(h ^ k)
-    h = np.uint32(h ^ np.uint32(n))
-    return _fmix32(h)
-
-
 @njit(cache=True, inline="always")
-def _murmur3_32_words(
+def murmur3_32(
     buf: np.ndarray, words: np.ndarray, start: int, end: int, seed: int
 ) -> np.uint32:  # pragma: no cover
-    """:func:`murmur3_32` reading each 4-byte block from ``words`` (``words[i]`` = LE uint32 at byte i)."""
+    """MurmurHash3 x86_32 of ``buf[start:end]`` (the value of ``mmh3.hash(..., signed=False)``).
+
+    Each 4-byte block is read from ``words`` (``words[i]`` = little-endian uint32 at byte ``i``).
+    """
     h = np.uint32(seed)
     n = end - start
     nblocks = n // 4
@@ -106,7 +72,7 @@ def _murmur3_32_words(
 
 
 @njit(cache=True)
-def _le_words(buf: np.ndarray) -> np.ndarray:  # pragma: no cover - jit
+def le_words(buf: np.ndarray) -> np.ndarray:  # pragma: no cover - jit
     """``words[i]``: the little-endian uint32 starting at byte ``i`` (zero-padded at the end)."""
     n = buf.shape[0]
     words = np.zeros(n + 1, dtype=np.uint32)
@@ -154,7 +120,7 @@ def shingle_hashes(  # pragma: no cover - jit
 
     """
     n_docs = offsets.shape[0] - 1
-    words = _le_words(buf)
+    words = le_words(buf)
     starts = np.empty(buf.shape[0] + n_docs + 1, dtype=np.int64)  # unit starts of all documents
     unit_bounds = np.zeros(n_docs + 1, dtype=np.int64)
     bounds = np.zeros(n_docs + 1, dtype=np.int64)
@@ -173,7 +139,7 @@ def shingle_hashes(  # pragma: no cover - jit
         if units == 0:
             continue
         if units <= k:
-            hashes[out] = _murmur3_32_words(buf, words, s, e, seed)
+            hashes[out] = murmur3_32(buf, words, s, e, seed)
             continue
         for i in range(units - k + 1):
             if i + k == units:
@@ -182,7 +148,7 @@ def shingle_hashes(  # pragma: no cover - jit
                 stop = starts[first + i + k] - 1  # the separating space is not part of the shingle
             else:
                 stop = starts[first + i + k]
-            hashes[out + i] = _murmur3_32_words(buf, words, starts[first + i], stop, seed)
+            hashes[out + i] = murmur3_32(buf, words, starts[first + i], stop, seed)
     return hashes, bounds
 
 
