@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -42,7 +43,11 @@ def _root(
 
 
 def resolve_params(state: Path | None, overrides: dict[str, Any]) -> DedupeParams:
-    """Parameters for a run: explicit options, else those stored in the state, else the defaults."""
+    """Parameters for a run: explicit options, else those stored in the state, else the defaults.
+
+    Options that shape the LSH layout (threshold, num_perm, lsh_margin) given without explicit
+    bands/rows let the layout be chosen again; the engine then refuses a state built otherwise.
+    """
     from stream_dedupe.core.engine import stored_params
 
     base = DedupeParams()
@@ -55,11 +60,9 @@ def resolve_params(state: Path | None, overrides: dict[str, Any]) -> DedupeParam
         finally:
             store.close()
     explicit = {k: v for k, v in overrides.items() if v is not None}
-    if "bands" in explicit or "rows" in explicit or "threshold" in explicit or "num_perm" in explicit:
-        base = DedupeParams(**{**base.__dict__, "bands": 0, "rows": 0})
-    merged = {**{k: v for k, v in base.__dict__.items() if not k.startswith("_")}, **explicit}
-    merged.pop("band_layout", None)
-    return DedupeParams(**merged)
+    if explicit.keys() & {"threshold", "num_perm", "lsh_margin"} and not explicit.keys() & {"bands", "rows"}:
+        explicit.update(bands=0, rows=0)
+    return dataclasses.replace(base, **explicit)
 
 
 def _normalization(strip: list[str] | None, header: list[str] | None, footer: list[str] | None) -> Any:

@@ -33,3 +33,14 @@ def test_remove_and_cap() -> None:
     assert index.query(hashes) == {"a", "b"}
     index.remove("a", hashes)
     assert index.query(hashes) == {"b"}
+
+
+def test_query_many_is_the_union_of_single_queries() -> None:
+    index = LshIndex(8, 8, bucket_cap=10)
+    sigs = random_sigs(200, seed=3)
+    hashes = index.hashes(sigs)
+    for i in range(100):
+        index.add(f"d{i}", hashes[i])
+    probes = hashes[[5, 50, 150]]
+    assert index.query_many(probes) == {"d5", "d50"}
+    assert index.query_many(probes) == set().union(*(index.query(p) for p in probes))

@@ -50,6 +50,29 @@ def _query_insert(  # pragma: no cover - jit
 
 
 @njit(cache=True)
+def _query_many(keys: np.ndarray, vals: np.ndarray, hashes: np.ndarray) -> np.ndarray:  # pragma: no cover - jit
+    """Every live ordinal sharing a band with any row of ``hashes`` (with repeats)."""
+    mask = keys.shape[1] - 1
+    found = np.empty(64, dtype=np.int32)
+    n = 0
+    for d in range(hashes.shape[0]):
+        for band in range(hashes.shape[1]):
+            h = hashes[d, band]
+            key = np.uint32(h >> np.uint64(32))
+            slot = int(key) & mask
+            while vals[band, slot] != _EMPTY:
+                if vals[band, slot] >= 0 and keys[band, slot] == key:
+                    if n == found.shape[0]:
+                        grown = np.empty(2 * n, dtype=np.int32)
+                        grown[:n] = found
+                        found = grown
+                    found[n] = vals[band, slot]
+                    n += 1
+                slot = (slot + 1) & mask
+    return found[:n]
+
+
+@njit(cache=True)
 def _remove(keys: np.ndarray, vals: np.ndarray, hashes: np.ndarray, ordinal: int) -> int:  # pragma: no cover
     mask = keys.shape[1] - 1
     removed = 0
@@ -137,6 +160,11 @@ class BandIndex:
             self._used += 1
         return self._out[:found].copy(), int(full)
 
+    def query_many(self, hashes: np.ndarray) -> np.ndarray:
+        """Ordinals sharing a band with any of the ``(n, bands)`` rows of ``hashes`` (with repeats)."""
+        found: np.ndarray = _query_many(self._keys, self._vals, np.ascontiguousarray(hashes))
+        return found
+
     def remove(self, hashes: np.ndarray, ordinal: int) -> int:
         """Remove ``ordinal``'s entries; returns how many were removed."""
         return int(_remove(self._keys, self._vals, hashes, ordinal))
@@ -188,6 +216,11 @@ class LshIndex:
         """Ids sharing a band with ``hashes`` (nothing is indexed)."""
         ordinals, _ = self.tables.query_insert(hashes, -1, self.bucket_cap, insert=False)
         return {self._ids[o] for o in set(ordinals.tolist())}
+
+    def query_many(self, hashes: np.ndarray) -> set[str]:
+        """Ids sharing a band with any of the ``(n, bands)`` rows of ``hashes`` (one compiled call)."""
+        ids = self._ids
+        return {ids[o] for o in set(self.tables.query_many(hashes).tolist())}
 
     def remove(self, doc_id: str, hashes: np.ndarray) -> None:
         """Take a document's entries out of the tables."""

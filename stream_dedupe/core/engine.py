@@ -220,12 +220,15 @@ class DedupeEngine:
         state.prefetch("docs", [p.doc.doc_id.encode("utf-8") for p in prepared])
         # Documents seen before (re-crawls) are read back too: their old version may be detached.
         ids = {p.doc.doc_id for p in prepared if state.get("docs", p.doc.doc_id.encode("utf-8")) is not None}
+        signed = []
         for item in prepared:
             group = state.exact_group(item.content_hash)
             if group:
                 ids.add(group[0])
             elif item.band_hashes is not None:
-                ids |= self.lsh.query(item.band_hashes)
+                signed.append(item.band_hashes)
+        if signed:
+            ids |= self.lsh.query_many(np.stack(signed))
         keys = [i.encode("utf-8") for i in ids]
         for namespace in ("docs", "parent", "clusters", "edges", "sets" if self.params.verify == "exact" else "sigs"):
             state.prefetch(namespace, keys)

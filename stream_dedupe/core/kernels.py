@@ -182,19 +182,16 @@ def compact_spaces(buf: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np
     new_offsets = np.zeros(offsets.shape[0], dtype=np.int64)
     w = 0
     for d in range(offsets.shape[0] - 1):
-        pending_space = False
         start = w
+        previous_space = True  # drops leading spaces
         for i in range(offsets[d], offsets[d + 1]):
             c = buf[i]
-            if c == 32:
-                pending_space = w > start
-            else:
-                if pending_space:
-                    out[w] = 32
-                    w += 1
-                    pending_space = False
-                out[w] = c
-                w += 1
+            space = c == 32
+            out[w] = c  # branch-free: the byte is kept by advancing w, or overwritten next time
+            w += 0 if (space and previous_space) else 1
+            previous_space = space
+        if w > start and out[w - 1] == 32:
+            w -= 1
         new_offsets[d + 1] = w
     return out[:w], new_offsets
 
