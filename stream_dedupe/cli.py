@@ -206,6 +206,43 @@ def explain(
     render(Console(), explain_pair(params, texts[0], texts[1], (a, b)), show)
 
 
+@app.command("eval")
+def eval_command(
+    corpus: Annotated[list[str], typer.Argument(help="JSONL corpus (.jsonl, .jsonl.gz, or - for stdin).")],
+    threshold: Annotated[float | None, typer.Option(help="Jaccard threshold [default: 0.8].")] = None,
+    num_perm: Annotated[int | None, typer.Option(help="MinHash permutations [default: 128].")] = None,
+    shingle: Annotated[str | None, typer.Option(help="Shingles: word:K or char:K [default: word:3].")] = None,
+    min_tokens: Annotated[int | None, typer.Option(help="Shorter documents are left out [default: 10].")] = None,
+    lsh_margin: Annotated[float | None, typer.Option(help="LSH tuned for threshold minus this [default: 0.2].")] = None,
+    datasketch: Annotated[bool, typer.Option(help="Also run datasketch's MinHashLSH on the same shingles.")] = True,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of tables.")] = False,
+) -> None:
+    """Measure precision and recall against exact Jaccard (both verification modes, and datasketch)."""
+    import orjson
+
+    from stream_dedupe.inputs import check_inputs, read_lines
+    from stream_dedupe.quality.evaluate import evaluate
+    from stream_dedupe.quality.report import render_report
+
+    check_inputs(corpus)
+    params = resolve_params(
+        None,
+        {
+            "threshold": threshold,
+            "num_perm": num_perm,
+            "min_tokens": min_tokens,
+            "lsh_margin": lsh_margin,
+            "shingle": ShingleSpec.parse(shingle) if shingle else None,
+        },
+    )
+    raws = [line.raw for path in corpus for line in read_lines(path) if line.raw.strip()]
+    report = evaluate(raws, params, datasketch=datasketch)
+    if json_out:
+        sys.stdout.write(orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        render_report(Console(), report)
+
+
 def _open_existing(state: Path) -> Any:
     from stream_dedupe.storage.rocks import RocksStore
 

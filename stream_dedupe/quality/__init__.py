@@ -1,0 +1,1 @@
+"""Quality measurement: exact ground truth and how the engine and baselines compare to it."""

@@ -1,0 +1,54 @@
+"""Terminal tables for ``stream-dedupe eval``."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from stream_dedupe.quality.evaluate import EvalReport
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def render_report(console: Console, report: EvalReport) -> None:
+    """Print the evaluation as tables."""
+    console.print(
+        f"{report.documents:,} documents, {report.in_scope:,} long enough for near-duplicate matching; "
+        f"exact ground truth at Jaccard >= {report.threshold} in {report.truth_seconds:.1f} s"
+    )
+    table = Table(title="pairs against exact Jaccard", title_justify="left")
+    for column in ("method", "precision", "recall", "F1", "true", "predicted", "ARI", "cand/doc", "seconds"):
+        table.add_column(column, justify="left" if column == "method" else "right")
+    for m in report.methods:
+        s = m.scores
+        table.add_row(
+            m.name,
+            _pct(s.precision),
+            _pct(s.recall),
+            _pct(s.f1),
+            f"{s.true_pairs:,}",
+            f"{s.predicted_pairs:,}",
+            _pct(m.ari),
+            _pct(m.candidates_per_doc),
+            f"{m.seconds:.1f}",
+        )
+    console.print(table)
+    bands = list(report.methods[0].recall_by_band) if report.methods else []
+    by_band = Table(title="recall by true similarity", title_justify="left")
+    by_band.add_column("method")
+    for band in bands:
+        by_band.add_column(band, justify="right")
+    for m in report.methods:
+        by_band.add_row(m.name, *(_pct(m.recall_by_band[b]) for b in bands))
+    console.print(by_band)
+    if any(m.recall_by_label for m in report.methods):
+        labels = sorted({label for m in report.methods for label in m.recall_by_label})
+        by_label = Table(title="share of documents clustered with their source, by label", title_justify="left")
+        by_label.add_column("method")
+        for label in labels:
+            by_label.add_column(label, justify="right")
+        for m in report.methods:
+            by_label.add_row(m.name, *(_pct(m.recall_by_label.get(label)) for label in labels))
+        console.print(by_label)
