@@ -22,6 +22,7 @@ import argparse
 import json
 import platform
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -38,6 +39,7 @@ from stream_dedupe.core.engine import DedupeEngine
 from stream_dedupe.core.normalize import Normalizer
 from stream_dedupe.core.shingle import shingle_hash, shingles
 from stream_dedupe.embedded import run
+from stream_dedupe.storage.memory import MemoryStore
 from stream_dedupe.storage.rocks import RocksStore
 
 
@@ -105,49 +107,64 @@ def bench_datasketch(path: Path, families: dict[str, str], threshold: float, has
     return {"seconds": seconds, "docs_per_s": lines / seconds, "duplicates": duplicates, "correct_duplicates": found}
 
 
+def _corpus(path: Path, docs: int, seed: int, dup_fraction: float) -> tuple[dict[str, str], int]:
+    families: dict[str, str] = {}
+    true_dups = 0
+    seen: set[str] = set()
+    with open(path, "wb") as fh:
+        for doc in generate(docs, seed, dup_fraction):
+            families[str(doc["id"])] = str(doc["family"])
+            true_dups += doc["family"] in seen
+            seen.add(str(doc["family"]))
+            fh.write(orjson.dumps(doc) + b"\n")
+    return families, true_dups
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="embedded engine vs datasketch, same documents, one run")
     parser.add_argument("--docs", type=int, default=20000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--dup-fraction", type=float, default=0.3)
+    parser.add_argument("--repeat", type=int, default=3, help="rounds; each runs every pipeline once, interleaved")
     parser.add_argument("--skip-datasketch", action="store_true")
     parser.add_argument("--out", default="bench/out/embedded.json")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="sd-bench-"))
     try:
         path = workdir / "corpus.jsonl"
-        families: dict[str, str] = {}
-        true_dups = 0
-        seen: set[str] = set()
-        with open(path, "wb") as fh:
-            for doc in generate(args.docs, args.seed):
-                families[str(doc["id"])] = str(doc["family"])
-                true_dups += doc["family"] in seen
-                seen.add(str(doc["family"]))
-                fh.write(orjson.dumps(doc) + b"\n")
-        size = path.stat().st_size / args.docs
+        families, true_dups = _corpus(path, args.docs, args.seed, args.dup_fraction)
         # warm-up: load the compiled kernels from numba's cache outside the timed region
-        DedupeEngine(DedupeParams(), __import__("stream_dedupe.storage.memory", fromlist=["x"]).MemoryStore()).process(
-            []
-        )
-        engine = bench_engine(path, workdir, families)
-        report = {
+        DedupeEngine(DedupeParams(), MemoryStore()).process([])
+        from datasketch.hashfunc import sha1_hash32
+
+        threshold = DedupeParams().threshold
+        rounds: list[dict[str, dict[str, float]]] = []
+        for round_number in range(args.repeat):
+            run_dir = workdir / f"round{round_number}"
+            run_dir.mkdir()
+            result = {"engine": bench_engine(path, run_dir, families)}
+            if not args.skip_datasketch:
+                result["datasketch_murmur3"] = bench_datasketch(path, families, threshold, shingle_hash)
+                result["datasketch_sha1"] = bench_datasketch(path, families, threshold, sha1_hash32)
+            rounds.append(result)
+        report: dict[str, object] = {
             "docs": args.docs,
-            "bytes_per_doc": round(size),
+            "dup_fraction": args.dup_fraction,
+            "bytes_per_doc": round(path.stat().st_size / args.docs),
             "true_duplicates": true_dups,
             "python": platform.python_version(),
-            "engine": engine,
+            "rounds": rounds,
         }
+        for name in rounds[0]:
+            report[f"{name}_docs_per_s_median"] = statistics.median(r[name]["docs_per_s"] for r in rounds)
         if not args.skip_datasketch:
-            from datasketch.hashfunc import sha1_hash32
-
-            threshold = DedupeParams().threshold
-            report["datasketch_murmur3"] = bench_datasketch(path, families, threshold, shingle_hash)
-            report["datasketch_sha1"] = bench_datasketch(path, families, threshold, sha1_hash32)
-            report["speedup_vs_murmur3"] = engine["docs_per_s"] / report["datasketch_murmur3"]["docs_per_s"]
-            report["speedup_vs_sha1"] = engine["docs_per_s"] / report["datasketch_sha1"]["docs_per_s"]
+            for base in ("datasketch_murmur3", "datasketch_sha1"):
+                ratios = [r["engine"]["docs_per_s"] / r[base]["docs_per_s"] for r in rounds]
+                report[f"speedup_vs_{base}_per_round"] = [round(x, 2) for x in ratios]
+                report[f"speedup_vs_{base}_median"] = statistics.median(ratios)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=2))
-        print(json.dumps(report, indent=2))
+        print(json.dumps({k: v for k, v in report.items() if k != "rounds"}, indent=2))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
