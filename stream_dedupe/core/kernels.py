@@ -36,12 +36,11 @@ def _fmix32(h: np.uint32) -> np.uint32:
 
 
 @njit(cache=True, inline="always")
-def murmur3_32(
-    buf: np.ndarray, words: np.ndarray, start: int, end: int, seed: int
-) -> np.uint32:  # pragma: no cover
-    """MurmurHash3 x86_32 of ``buf[start:end]`` (the value of ``mmh3.hash(..., signed=False)``).
+def murmur3_32(words: np.ndarray, start: int, end: int, seed: int) -> np.uint32:  # pragma: no cover
+    """MurmurHash3 x86_32 of bytes ``start:end`` (the value of ``mmh3.hash(..., signed=False)``).
 
-    Each 4-byte block is read from ``words`` (``words[i]`` = little-endian uint32 at byte ``i``).
+    The bytes are given as ``words`` (:func:`le_words`: ``words[i]`` = little-endian uint32 at
+    byte ``i``), so each 4-byte block is one load.
     """
     h = np.uint32(seed)
     n = end - start
@@ -54,19 +53,15 @@ def murmur3_32(
         h = np.uint32(h ^ k)
         h = _rotl32(h, 13)
         h = np.uint32((h * np.uint32(5) + np.uint32(0xE6546B64)) & _M32)
-    tail = start + 4 * nblocks
+    # Tail without branches (they mispredict on every token): read the next word and keep only
+    # the remaining bytes. With no tail the masked word is 0, and mixing 0 leaves h unchanged,
+    # exactly like MurmurHash3's "if (rem)" branch. ``words`` is zero-padded past the end.
     rem = n & 3
-    k = np.uint32(0)
-    if rem >= 3:
-        k = np.uint32(k ^ (np.uint32(buf[tail + 2]) << np.uint32(16)))
-    if rem >= 2:
-        k = np.uint32(k ^ (np.uint32(buf[tail + 1]) << np.uint32(8)))
-    if rem >= 1:
-        k = np.uint32(k ^ np.uint32(buf[tail]))
-        k = np.uint32((k * _C1) & _M32)
-        k = _rotl32(k, 15)
-        k = np.uint32((k * _C2) & _M32)
-        h = np.uint32(h ^ k)
+    k = np.uint32(words[start + 4 * nblocks] & np.uint32((1 << (8 * rem)) - 1))
+    k = np.uint32((k * _C1) & _M32)
+    k = _rotl32(k, 15)
+    k = np.uint32((k * _C2) & _M32)
+    h = np.uint32(h ^ k)
     h = np.uint32(h ^ np.uint32(n))
     return _fmix32(h)
 
@@ -139,7 +134,7 @@ def shingle_hashes(  # pragma: no cover - jit
         if units == 0:
             continue
         if units <= k:
-            hashes[out] = murmur3_32(buf, words, s, e, seed)
+            hashes[out] = murmur3_32(words, s, e, seed)
             continue
         for i in range(units - k + 1):
             if i + k == units:
@@ -148,7 +143,7 @@ def shingle_hashes(  # pragma: no cover - jit
                 stop = starts[first + i + k] - 1  # the separating space is not part of the shingle
             else:
                 stop = starts[first + i + k]
-            hashes[out + i] = murmur3_32(buf, words, starts[first + i], stop, seed)
+            hashes[out + i] = murmur3_32(words, starts[first + i], stop, seed)
     return hashes, bounds
 
 
