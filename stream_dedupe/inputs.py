@@ -70,11 +70,19 @@ def read_lines(path: str, skip: int = 0) -> Iterator[InputLine]:
     raw_file: BinaryIO = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
     try:
         magic = raw_file.peek(2)[:2] if hasattr(raw_file, "peek") else b""
-        stream: BinaryIO = gzip.GzipFile(fileobj=raw_file) if magic == b"\x1f\x8b" else raw_file  # type: ignore[assignment]
+        compressed = magic == b"\x1f\x8b"
+        stream: BinaryIO = gzip.GzipFile(fileobj=raw_file) if compressed else raw_file  # type: ignore[assignment]
+        # Positions (for progress bars) without a syscall per line: counted for plain files,
+        # asked of the compressed file every 256 lines for gzip.
+        position = 0
         for number, line in enumerate(stream, start=1):
+            if compressed:
+                if number % 256 == 1 and path != "-":
+                    position = raw_file.tell()
+            else:
+                position += len(line)
             if number <= skip:
                 continue
-            position = raw_file.tell() if path != "-" else 0
             yield InputLine(path, number, line.rstrip(b"\r\n"), position)
     except (OSError, EOFError) as exc:
         raise ConfigError(f"cannot read input {path}: {exc} (is it a complete .jsonl or .jsonl.gz file?)") from exc

@@ -109,12 +109,12 @@ def parse_document(raw: bytes, max_bytes: int) -> Document | Invalid | Deletion:
     if len(raw) > max_bytes:
         return Invalid("too-large", f"record is {len(raw)} bytes, over the limit of {max_bytes} (--max-doc-bytes)")
     try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return Invalid("invalid-utf8", f"record is not valid UTF-8 at byte {exc.start}")
-    try:
-        value = orjson.loads(raw)
+        value = orjson.loads(raw)  # also rejects invalid UTF-8; the check below names the cause
     except orjson.JSONDecodeError as exc:
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as utf8:
+            return Invalid("invalid-utf8", f"record is not valid UTF-8 at byte {utf8.start}")
         return Invalid("not-json", f"record is not JSON: {exc}")
     if not isinstance(value, dict):
         return Invalid("not-object", f"record must be a JSON object, got {type(value).__name__}")
