@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench tools clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,8 +20,18 @@ demo: $(STAMP)
 	$(BIN)/stream-dedupe clusters --state demo-out/state -o demo-out/clusters.jsonl
 	@echo "wrote demo-out/events.jsonl, demo-out/deduped.jsonl, demo-out/clusters.jsonl"
 
+## tools: system packages the tests drive for real (Debian): headless Chromium, promtool
+tools:
+	@missing=""; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	if [ -n "$$missing" ]; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
 ## test: lint, type-check and run the whole test suite
-test: $(STAMP) lint
+test: $(STAMP) tools lint
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)

@@ -243,6 +243,42 @@ def eval_command(
         render_report(Console(), report)
 
 
+@app.command()
+def tune(
+    corpus: Annotated[list[str], typer.Argument(help="JSONL corpus (.jsonl, .jsonl.gz, or - for stdin).")],
+    out: Annotated[Path, typer.Option(help="Directory for lsh-scurve.png and borderline.html.")] = Path("tune-out"),
+    threshold: Annotated[float | None, typer.Option(help="Jaccard threshold [default: 0.8].")] = None,
+    num_perm: Annotated[int | None, typer.Option(help="MinHash permutations [default: 128].")] = None,
+    shingle: Annotated[str | None, typer.Option(help="Shingles: word:K or char:K [default: word:3].")] = None,
+    lsh_margin: Annotated[float | None, typer.Option(help="LSH tuned for threshold minus this [default: 0.2].")] = None,
+    pairs: Annotated[int, typer.Option(help="Borderline pairs on the review page.")] = 40,
+) -> None:
+    """Plot the LSH S-curve over the corpus and write a review page of the borderline pairs."""
+    from stream_dedupe.inputs import check_inputs, read_lines
+    from stream_dedupe.quality.review_page import write_review_page
+    from stream_dedupe.quality.tune import candidate_pairs, plot_scurve
+
+    check_inputs(corpus)
+    params = resolve_params(
+        None,
+        {
+            "threshold": threshold,
+            "num_perm": num_perm,
+            "lsh_margin": lsh_margin,
+            "shingle": ShingleSpec.parse(shingle) if shingle else None,
+        },
+    )
+    raws = [line.raw for path in corpus for line in read_lines(path) if line.raw.strip()]
+    result = candidate_pairs(raws, params)
+    out.mkdir(parents=True, exist_ok=True)
+    plot_scurve(result, out / "lsh-scurve.png")
+    shown = write_review_page(result, out / "borderline.html", pairs)
+    err.print(
+        f"{len(result.pairs):,} candidate pairs; wrote {out / 'lsh-scurve.png'} and "
+        f"{out / 'borderline.html'} ({shown} borderline pairs)"
+    )
+
+
 def _open_existing(state: Path) -> Any:
     from stream_dedupe.storage.rocks import RocksStore
 
