@@ -127,3 +127,29 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def footer_corpus(docs: int, seed: int, body_words: int = 20, footer_words: int = 200) -> Iterator[dict[str, object]]:
+    """Short unrelated documents of one site that all end with the same ``footer_words`` footer.
+
+    Every fifth document is a near-duplicate of the one before it (re-cased with punctuation, or
+    with one word appended: Jaccard >= 0.9 on the body alone), so that learning the footer can be
+    shown to remove the false duplicates without losing the real ones. The footer is split into
+    lines of 20 words, as templated chrome is.
+    """
+    rng = random.Random(seed)
+    vocabulary = [f"{w}{i}" for w in WORDS for i in range(25)]
+    footer_tokens = [rng.choice(vocabulary) for _ in range(footer_words)]
+    footer = "\n".join(" ".join(footer_tokens[i : i + 20]) for i in range(0, footer_words, 20))
+    previous = ""
+    for i in range(docs):
+        if i % 5 == 4 and previous:
+            if i % 10 == 4:
+                body = previous.upper().replace(" ", ", ", 3) + "!"
+            else:
+                body = f"{previous} {rng.choice(vocabulary)}"
+            family = f"fam{i - 1:07d}"
+        else:
+            body, family = " ".join(rng.choice(vocabulary) for _ in range(body_words)), f"fam{i:07d}"
+        previous = body
+        yield {"id": f"doc{i:07d}", "text": f"{body}\n{footer}", "source": "portal", "family": family}

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from stream_dedupe import __version__
-from stream_dedupe.config import DedupeParams, NormalizationConfig, RuntimeLimits, ShingleSpec
+from stream_dedupe.config import BoilerplateConfig, DedupeParams, NormalizationConfig, RuntimeLimits, ShingleSpec
 from stream_dedupe.errors import ConfigError, StreamDedupeError
 
 app = typer.Typer(
@@ -71,6 +71,19 @@ def _normalization(strip: list[str] | None, header: list[str] | None, footer: li
     return NormalizationConfig(tuple(strip or ()), tuple(header or ()), tuple(footer or ()))
 
 
+LearnOpt = Annotated[
+    bool | None, typer.Option("--learn-boilerplate/--no-learn-boilerplate", help="Learn and strip boilerplate lines.")
+]
+MinDocsOpt = Annotated[int | None, typer.Option(help="Documents of a source a line must occur in [default: 100].")]
+MinLineTokensOpt = Annotated[int | None, typer.Option(help="Shorter lines are never boilerplate [default: 3].")]
+
+
+def _boilerplate(learn: bool | None, min_docs: int | None, min_tokens: int | None) -> Any:
+    if learn is None and min_docs is None and min_tokens is None:
+        return None
+    return BoilerplateConfig(bool(learn), min_docs or 100, min_tokens or 3)
+
+
 def _open_out(stack: ExitStack, path: str | None, mode: str) -> IO[bytes] | None:
     if path is None:
         return None
@@ -97,6 +110,9 @@ def dedupe(
     strip_pattern: Annotated[list[str] | None, typer.Option(help="Regex removed from texts (repeatable).")] = None,
     header_pattern: Annotated[list[str] | None, typer.Option(help="Leading lines matching are dropped.")] = None,
     footer_pattern: Annotated[list[str] | None, typer.Option(help="Trailing lines matching are dropped.")] = None,
+    learn_boilerplate: LearnOpt = None,
+    boilerplate_min_docs: MinDocsOpt = None,
+    boilerplate_min_tokens: MinLineTokensOpt = None,
     max_doc_bytes: Annotated[int, typer.Option(help="Larger records are invalid (too-large).")] = 1 << 20,
     max_bucket_size: Annotated[int, typer.Option(help="LSH bucket cap (hot buckets stop growing).")] = 500,
     batch_size: Annotated[int, typer.Option(help="Documents per batch and per atomic commit.")] = 512,
@@ -125,6 +141,7 @@ def dedupe(
             "rows": rows,
             "verify": verify,
             "normalization": _normalization(strip_pattern, header_pattern, footer_pattern),
+            "boilerplate": _boilerplate(learn_boilerplate, boilerplate_min_docs, boilerplate_min_tokens),
         },
     )
     limits = RuntimeLimits(max_doc_bytes=max_doc_bytes, max_bucket_size=max_bucket_size, batch_size=batch_size)
@@ -214,6 +231,9 @@ def eval_command(
     shingle: Annotated[str | None, typer.Option(help="Shingles: word:K or char:K [default: word:3].")] = None,
     min_tokens: Annotated[int | None, typer.Option(help="Shorter documents are left out [default: 10].")] = None,
     lsh_margin: Annotated[float | None, typer.Option(help="LSH tuned for threshold minus this [default: 0.2].")] = None,
+    learn_boilerplate: LearnOpt = None,
+    boilerplate_min_docs: MinDocsOpt = None,
+    boilerplate_min_tokens: MinLineTokensOpt = None,
     datasketch: Annotated[bool, typer.Option(help="Also run datasketch's MinHashLSH on the same shingles.")] = True,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of tables.")] = False,
 ) -> None:
@@ -233,6 +253,7 @@ def eval_command(
             "min_tokens": min_tokens,
             "lsh_margin": lsh_margin,
             "shingle": ShingleSpec.parse(shingle) if shingle else None,
+            "boilerplate": _boilerplate(learn_boilerplate, boilerplate_min_docs, boilerplate_min_tokens),
         },
     )
     raws = [line.raw for path in corpus for line in read_lines(path) if line.raw.strip()]
@@ -277,6 +298,33 @@ def tune(
         f"{len(result.pairs):,} candidate pairs; wrote {out / 'lsh-scurve.png'} and "
         f"{out / 'borderline.html'} ({shown} borderline pairs)"
     )
+
+
+@app.command()
+def boilerplate(
+    state: StateOpt,
+    source: Annotated[str | None, typer.Option(help="Only this source.")] = None,
+) -> None:
+    """List the learned boilerplate lines of a state: source, documents seen in, line."""
+    import orjson
+
+    from stream_dedupe.core.boilerplate import learned_lines
+    from stream_dedupe.core.engine import stored_params
+    from stream_dedupe.storage.state import StateView
+
+    store = _open_existing(state)
+    try:
+        params = stored_params(store)
+        assert params is not None
+        if not params.boilerplate.learn:
+            err.print("boilerplate learning is off for this state (enable it with --learn-boilerplate on a new state)")
+        for line_source, documents, line in learned_lines(StateView(store), params.boilerplate.min_docs):
+            if source is None or source == line_source:
+                sys.stdout.write(
+                    orjson.dumps({"source": line_source, "documents": documents, "line": line}).decode() + "\n"
+                )
+    finally:
+        store.close()
 
 
 def _open_existing(state: Path) -> Any:

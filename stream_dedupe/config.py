@@ -90,6 +90,29 @@ class NormalizationConfig:
 
 
 @dataclass(frozen=True)
+class BoilerplateConfig:
+    """Streaming boilerplate learning (off by default).
+
+    Attributes:
+        learn: Count lines per ``source``; a line seen in ``min_docs`` documents of a source is
+            learned as boilerplate and stripped from later documents of that source.
+        min_docs: Documents a line must appear in before it is learned.
+        min_tokens: Lines with fewer tokens are neither counted nor stripped.
+
+    """
+
+    learn: bool = False
+    min_docs: int = 100
+    min_tokens: int = 3
+
+    def __post_init__(self) -> None:
+        if self.min_docs < 2:
+            raise ConfigError(f"boilerplate min_docs must be at least 2, got {self.min_docs}")
+        if self.min_tokens < 1:
+            raise ConfigError(f"boilerplate min_tokens must be at least 1, got {self.min_tokens}")
+
+
+@dataclass(frozen=True)
 class DedupeParams:
     """Everything that shapes the index; stored with the state and checked on reopen.
 
@@ -118,6 +141,7 @@ class DedupeParams:
     rows: int = 0
     verify: VerifyMode = "estimate"
     normalization: NormalizationConfig = field(default_factory=NormalizationConfig)
+    boilerplate: BoilerplateConfig = field(default_factory=BoilerplateConfig)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.threshold <= 1.0:
@@ -174,6 +198,7 @@ class DedupeParams:
                 "header": list(self.normalization.header_patterns),
                 "footer": list(self.normalization.footer_patterns),
             },
+            "boilerplate": dataclasses.asdict(self.boilerplate),
             "minhash_scheme": "datasketch-affine32/murmur3_32",
         }
 
@@ -195,6 +220,7 @@ class DedupeParams:
                 tuple(patterns.get("header", ())),
                 tuple(patterns.get("footer", ())),
             ),
+            boilerplate=BoilerplateConfig(**stored.get("boilerplate", {})),
         )
 
 

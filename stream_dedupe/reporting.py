@@ -82,6 +82,7 @@ def print_summary(console: Console, result: RunResult, clusters: ClusterSummary,
         ("largest cluster", f"{clusters.largest:,}"),
         ("LSH candidates rejected", f"{engine.counters['rejected_candidates']:,}"),
         ("hot-bucket skips", f"{engine.counters['hot_bucket_skips']:,}"),
+        ("boilerplate lines stripped", f"{engine.counters['boilerplate_lines_stripped']:,}"),
         ("docs/s", f"{result.lines / result.seconds if result.seconds else 0.0:,.0f}"),
     ]
     if result.resumed_from:

@@ -18,6 +18,7 @@ import numpy as np
 from stream_dedupe.config import DedupeParams, RuntimeLimits
 from stream_dedupe.core import events as ev
 from stream_dedupe.core.bandindex import LshIndex
+from stream_dedupe.core.boilerplate import BoilerplateLearner
 from stream_dedupe.core.canonical import CanonicalKey
 from stream_dedupe.core.detach import detach
 from stream_dedupe.core.kernels import text_stats
@@ -68,6 +69,9 @@ class DedupeEngine:
         self.hasher = MinHasher(self.params.num_perm, self.params.seed, self.params.shingle)
         self.counters: Counter[str] = Counter()
         self._check_params()
+        self.boilerplate = (
+            BoilerplateLearner(self.params.boilerplate, self.state) if self.params.boilerplate.learn else None
+        )
         self.seq = int(self.state.get_json(_SEQ_KEY) or 0)
         bands, rows = self.params.band_layout
         self.lsh = LshIndex(bands, rows, self.limits.max_bucket_size)
@@ -195,7 +199,10 @@ class DedupeEngine:
 
     # -- steps ------------------------------------------------------------------------------
     def _prepare(self, docs: list[Document]) -> list[_Prepared]:
-        buf, offsets = self.normalizer.normalize_batch([d.text for d in docs])
+        texts = [d.text for d in docs]
+        if self.boilerplate is not None:
+            texts = self._strip_boilerplate(docs)
+        buf, offsets = self.normalizer.normalize_batch(texts)
         data = buf.tobytes()
         chars, tokens = text_stats(buf, offsets)
         bounds = offsets.tolist()
@@ -237,6 +244,21 @@ class DedupeEngine:
         if roots:
             for namespace in ("docs", "parent", "clusters"):
                 state.prefetch(namespace, list(roots))
+
+    def _strip_boilerplate(self, docs: list[Document]) -> list[str]:
+        """Strip learned lines; count the lines of documents seen for the first time."""
+        assert self.boilerplate is not None
+        state, learner = self.state, self.boilerplate
+        state.prefetch("docs", [d.doc_id.encode("utf-8") for d in docs])
+        counted: set[str] = set()
+        before = learner.stripped_lines
+        texts = []
+        for doc in docs:
+            first_time = doc.doc_id not in counted and state.get("docs", doc.doc_id.encode("utf-8")) is None
+            counted.add(doc.doc_id)
+            texts.append(learner.strip_and_count(doc.text, doc.source, count=first_time))
+        self.counters["boilerplate_lines_stripped"] += learner.stripped_lines - before
+        return texts
 
     def _sign(self, prepared: list[_Prepared], buf: np.ndarray, offsets: np.ndarray) -> None:
         """MinHash and band keys for every document long enough for near-duplicate matching."""

@@ -43,6 +43,7 @@ class MethodResult:
     candidates_per_doc: float | None
     seconds: float
     recall_by_label: dict[str, float] = field(default_factory=dict)
+    families: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -60,6 +61,7 @@ class MethodResult:
             "candidates_per_doc": self.candidates_per_doc,
             "seconds": self.seconds,
             "recall_by_label": self.recall_by_label,
+            "families": self.families,
         }
 
 
@@ -94,6 +96,20 @@ class _Truth:
     size: int
     threshold: float
     labels: dict[int, tuple[str, str, bool]]
+    families: list[str] | None = None
+
+
+def _family_counts(families: list[str], predicted: set[tuple[int, int]]) -> dict[str, int]:
+    """Predicted pairs judged by a ``family`` label (ground truth of generated corpora)."""
+    members: dict[str, int] = defaultdict(int)
+    for family in families:
+        members[family] += 1
+    within = sum(families[a] == families[b] for a, b in predicted)
+    return {
+        "pairs_within_families": sum(n * (n - 1) // 2 for n in members.values()),
+        "found_within_families": within,
+        "false_pairs_across_families": len(predicted) - within,
+    }
 
 
 def _score(
@@ -113,6 +129,8 @@ def _score(
         candidates,
         seconds,
     )
+    if truth.families is not None:
+        result.families = _family_counts(truth.families, predicted)
     if labels:
         sources = {group: i for i, (_, group, is_source) in labels.items() if is_source}
         per_label: dict[str, list[bool]] = defaultdict(list)
@@ -179,7 +197,8 @@ def evaluate(raws: list[bytes], params: DedupeParams, datasketch: bool = True) -
         for k, i in enumerate(scope)
         if "label" in docs[i] and "cluster" in docs[i]
     }
-    truth = _Truth(pairs, len(scope), params.threshold, labels)
+    families = [str(docs[i]["family"]) for i in scope] if all("family" in docs[i] for i in scope) else None
+    truth = _Truth(pairs, len(scope), params.threshold, labels, families)
     methods = []
     for mode in ("estimate", "exact"):
         started = time.perf_counter()

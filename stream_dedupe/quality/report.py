@@ -43,6 +43,19 @@ def render_report(console: Console, report: EvalReport) -> None:
     for m in report.methods:
         by_band.add_row(m.name, *(_pct(m.recall_by_band[b]) for b in bands))
     console.print(by_band)
+    if any(m.families for m in report.methods):
+        fam = Table(title="pairs judged by the corpus's family labels", title_justify="left")
+        for column in ("method", "within-family pairs", "found", "false pairs across families"):
+            fam.add_column(column, justify="left" if column == "method" else "right")
+        for m in report.methods:
+            f = m.families
+            fam.add_row(
+                m.name,
+                f"{f['pairs_within_families']:,}",
+                f"{f['found_within_families']:,}",
+                f"{f['false_pairs_across_families']:,}",
+            )
+        console.print(fam)
     if any(m.recall_by_label for m in report.methods):
         labels = sorted({label for m in report.methods for label in m.recall_by_label})
         by_label = Table(title="share of documents clustered with their source, by label", title_justify="left")

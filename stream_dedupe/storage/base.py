@@ -19,7 +19,8 @@ NAMESPACES: dict[str, str] = {
     "parent": "document id -> union-find parent (non-roots only)",
     "clusters": "root id -> cluster record (clusters of two or more only)",
     "edges": "document id -> verified duplicate pairs it takes part in",
-    "documents": "document id -> original JSON of canonical documents (for --deduped)",
+    "documents": "document id -> original JSON of every document (for --deduped and re-election)",
+    "boilerplate": "hash of (source, line) -> documents it occurred in (learned boilerplate)",
 }
 
 #: A batch of writes: namespace -> key -> value, or None to delete the key.

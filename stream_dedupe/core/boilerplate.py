@@ -1,0 +1,106 @@
+"""Learned boilerplate: lines that recur across many documents of one ``source`` are stripped.
+
+Templated chrome (navigation, footers, mail headers, licence blocks) makes unrelated documents
+of one site look alike. The learner counts, per source, in how many documents each line occurs
+(by a 64-bit hash of its normalized form); once a line has been seen in ``min_docs`` documents
+it is learned, and later documents of that source are shingled without it. Counting is streaming
+and sequential: a document is stripped with what was learned from the documents before it, so the
+first ``min_docs`` carriers of a line keep it (documented trade-off of learning online).
+
+Counts live in the state's ``boilerplate`` namespace (changelogged with the rest in the worker);
+the learned set is kept in memory and rebuilt from the counts when the state is opened.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterator
+
+import mmh3
+import orjson
+
+from stream_dedupe.config import BoilerplateConfig
+from stream_dedupe.storage.state import StateView
+
+_NON_WORD = re.compile(r"[\W_]+")
+NAMESPACE = "boilerplate"
+
+
+def _line_form(line: str) -> str:
+    """A line's comparable form: the same rules as document normalization, for one line."""
+    if not line.isascii():
+        line = unicodedata.normalize("NFKC", line)
+    return _NON_WORD.sub(" ", line.casefold()).strip()
+
+
+def line_key(source: str, form: str) -> bytes:
+    """State key of a line of a source: 8 bytes of MurmurHash3 x64 over source, NUL, line."""
+    return mmh3.hash_bytes(f"{source}\0{form}".encode())[:8]
+
+
+class BoilerplateLearner:
+    """Strips learned lines and counts the others.
+
+    Args:
+        config: Learning settings.
+        state: The engine's state view (counts are staged with the batch and committed with it).
+
+    """
+
+    def __init__(self, config: BoilerplateConfig, state: StateView) -> None:
+        self.config = config
+        self.state = state
+        self.learned: set[bytes] = set()
+        self.stripped_lines = 0
+        for key, raw in state.store.items(NAMESPACE):
+            if orjson.loads(raw)[0] >= config.min_docs:
+                self.learned.add(key)
+
+    def strip_and_count(self, text: str, source: str | None, count: bool = True) -> str:
+        """Return ``text`` without its learned lines; then count its lines for this source.
+
+        Args:
+            text: The raw document text.
+            source: The document's ``source`` (documents without one share a pool).
+            count: False for a document already counted (a re-crawl of a known id), so that
+                re-crawling one page never turns its own lines into boilerplate.
+
+        """
+        source = source or ""
+        kept: list[str] = []
+        seen: dict[bytes, str] = {}
+        for line in text.splitlines():
+            form = _line_form(line)
+            if form.count(" ") + 1 < self.config.min_tokens or not form:
+                kept.append(line)
+                continue
+            key = line_key(source, form)
+            if key in self.learned:
+                self.stripped_lines += 1
+                continue
+            kept.append(line)
+            seen.setdefault(key, form)
+        if count:
+            self._count(seen, source)
+        return "\n".join(kept)
+
+    def _count(self, seen: dict[bytes, str], source: str) -> None:
+        state = self.state
+        self.state.prefetch(NAMESPACE, list(seen))
+        for key, form in seen.items():
+            raw = state.get(NAMESPACE, key)
+            count = 1 if raw is None else orjson.loads(raw)[0] + 1
+            if count >= self.config.min_docs:
+                self.learned.add(key)
+                state.put(NAMESPACE, key, orjson.dumps([count, source, form]))
+            else:
+                state.put(NAMESPACE, key, orjson.dumps([count]))
+
+
+def learned_lines(state: StateView, min_docs: int) -> Iterator[tuple[str, int, str]]:
+    """``(source, documents, line)`` of every learned line, in key order."""
+    for _, raw in state.store.items(NAMESPACE):
+        value = orjson.loads(raw)
+        if value[0] >= min_docs and len(value) == 3:
+            yield value[1], value[0], value[2]
