@@ -224,7 +224,7 @@ cmd_start() {
   # Short-lived tool JVM: C1 only starts faster.
   if ! "$java" -Xmx256m -XX:TieredStopAtLevel=1 "${jvm_common[@]}" \
         -Dlog4j.configuration="file:$RUN_DIR/log4j-tools.properties" -cp "$LIB_DIR/*" kafka.tools.StorageTool \
-        format -t "$cluster_id" -c "$SERVER_PROPS" > "$RUN_DIR/format.out" 2>&1; then
+        format --cluster-id="$cluster_id" -c "$SERVER_PROPS" > "$RUN_DIR/format.out" 2>&1; then
     cat "$RUN_DIR/format.out" >&2
     die "kafka.tools.StorageTool format failed"
   fi
