@@ -12,8 +12,18 @@ import typer
 from rich.console import Console
 
 from stream_dedupe import __version__
-from stream_dedupe.config import BoilerplateConfig, DedupeParams, NormalizationConfig, RuntimeLimits, ShingleSpec
+from stream_dedupe.config import DedupeParams, NormalizationConfig, RuntimeLimits, ShingleSpec
 from stream_dedupe.errors import ConfigError, StreamDedupeError
+from stream_dedupe.options import (
+    LearnOpt,
+    LshMarginOpt,
+    MinDocsOpt,
+    MinLineTokensOpt,
+    NumPermOpt,
+    ShingleOpt,
+    ThresholdOpt,
+    boilerplate_config,
+)
 
 app = typer.Typer(
     name="stream-dedupe",
@@ -71,19 +81,6 @@ def _normalization(strip: list[str] | None, header: list[str] | None, footer: li
     return NormalizationConfig(tuple(strip or ()), tuple(header or ()), tuple(footer or ()))
 
 
-LearnOpt = Annotated[
-    bool | None, typer.Option("--learn-boilerplate/--no-learn-boilerplate", help="Learn and strip boilerplate lines.")
-]
-MinDocsOpt = Annotated[int | None, typer.Option(help="Documents of a source a line must occur in [default: 100].")]
-MinLineTokensOpt = Annotated[int | None, typer.Option(help="Shorter lines are never boilerplate [default: 3].")]
-
-
-def _boilerplate(learn: bool | None, min_docs: int | None, min_tokens: int | None) -> Any:
-    if learn is None and min_docs is None and min_tokens is None:
-        return None
-    return BoilerplateConfig(bool(learn), min_docs or 100, min_tokens or 3)
-
-
 def _open_out(stack: ExitStack, path: str | None, mode: str) -> IO[bytes] | None:
     if path is None:
         return None
@@ -98,12 +95,12 @@ def dedupe(
     state: StateOpt,
     events: Annotated[str | None, typer.Option(help="Write events as JSONL to this file (- for stdout).")] = None,
     deduped: Annotated[str | None, typer.Option(help="Write the canonical documents as JSONL to this file.")] = None,
-    threshold: Annotated[float | None, typer.Option(help="Jaccard threshold for duplicates [default: 0.8].")] = None,
-    num_perm: Annotated[int | None, typer.Option(help="MinHash permutations [default: 128].")] = None,
+    threshold: ThresholdOpt = None,
+    num_perm: NumPermOpt = None,
     seed: Annotated[int | None, typer.Option(help="MinHash seed [default: 1].")] = None,
-    shingle: Annotated[str | None, typer.Option(help="Shingles: word:K or char:K [default: word:3].")] = None,
+    shingle: ShingleOpt = None,
     min_tokens: Annotated[int | None, typer.Option(help="Shorter documents: exact match only [default: 10].")] = None,
-    lsh_margin: Annotated[float | None, typer.Option(help="LSH tuned for threshold minus this [default: 0.2].")] = None,
+    lsh_margin: LshMarginOpt = None,
     bands: Annotated[int | None, typer.Option(help="LSH bands (with --rows) instead of the chosen ones.")] = None,
     rows: Annotated[int | None, typer.Option(help="Rows per LSH band (with --bands).")] = None,
     verify: Annotated[str | None, typer.Option(help="Verification: estimate or exact [default: estimate].")] = None,
@@ -141,7 +138,7 @@ def dedupe(
             "rows": rows,
             "verify": verify,
             "normalization": _normalization(strip_pattern, header_pattern, footer_pattern),
-            "boilerplate": _boilerplate(learn_boilerplate, boilerplate_min_docs, boilerplate_min_tokens),
+            "boilerplate": boilerplate_config(learn_boilerplate, boilerplate_min_docs, boilerplate_min_tokens),
         },
     )
     limits = RuntimeLimits(max_doc_bytes=max_doc_bytes, max_bucket_size=max_bucket_size, batch_size=batch_size)
@@ -223,83 +220,6 @@ def explain(
     render(Console(), explain_pair(params, texts[0], texts[1], (a, b)), show)
 
 
-@app.command("eval")
-def eval_command(
-    corpus: Annotated[list[str], typer.Argument(help="JSONL corpus (.jsonl, .jsonl.gz, or - for stdin).")],
-    threshold: Annotated[float | None, typer.Option(help="Jaccard threshold [default: 0.8].")] = None,
-    num_perm: Annotated[int | None, typer.Option(help="MinHash permutations [default: 128].")] = None,
-    shingle: Annotated[str | None, typer.Option(help="Shingles: word:K or char:K [default: word:3].")] = None,
-    min_tokens: Annotated[int | None, typer.Option(help="Shorter documents are left out [default: 10].")] = None,
-    lsh_margin: Annotated[float | None, typer.Option(help="LSH tuned for threshold minus this [default: 0.2].")] = None,
-    learn_boilerplate: LearnOpt = None,
-    boilerplate_min_docs: MinDocsOpt = None,
-    boilerplate_min_tokens: MinLineTokensOpt = None,
-    datasketch: Annotated[bool, typer.Option(help="Also run datasketch's MinHashLSH on the same shingles.")] = True,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of tables.")] = False,
-) -> None:
-    """Measure precision and recall against exact Jaccard (both verification modes, and datasketch)."""
-    import orjson
-
-    from stream_dedupe.inputs import check_inputs, read_lines
-    from stream_dedupe.quality.evaluate import evaluate
-    from stream_dedupe.quality.report import render_report
-
-    check_inputs(corpus)
-    params = resolve_params(
-        None,
-        {
-            "threshold": threshold,
-            "num_perm": num_perm,
-            "min_tokens": min_tokens,
-            "lsh_margin": lsh_margin,
-            "shingle": ShingleSpec.parse(shingle) if shingle else None,
-            "boilerplate": _boilerplate(learn_boilerplate, boilerplate_min_docs, boilerplate_min_tokens),
-        },
-    )
-    raws = [line.raw for path in corpus for line in read_lines(path) if line.raw.strip()]
-    report = evaluate(raws, params, datasketch=datasketch)
-    if json_out:
-        sys.stdout.write(orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        render_report(Console(), report)
-
-
-@app.command()
-def tune(
-    corpus: Annotated[list[str], typer.Argument(help="JSONL corpus (.jsonl, .jsonl.gz, or - for stdin).")],
-    out: Annotated[Path, typer.Option(help="Directory for lsh-scurve.png and borderline.html.")] = Path("tune-out"),
-    threshold: Annotated[float | None, typer.Option(help="Jaccard threshold [default: 0.8].")] = None,
-    num_perm: Annotated[int | None, typer.Option(help="MinHash permutations [default: 128].")] = None,
-    shingle: Annotated[str | None, typer.Option(help="Shingles: word:K or char:K [default: word:3].")] = None,
-    lsh_margin: Annotated[float | None, typer.Option(help="LSH tuned for threshold minus this [default: 0.2].")] = None,
-    pairs: Annotated[int, typer.Option(help="Borderline pairs on the review page.")] = 40,
-) -> None:
-    """Plot the LSH S-curve over the corpus and write a review page of the borderline pairs."""
-    from stream_dedupe.inputs import check_inputs, read_lines
-    from stream_dedupe.quality.review_page import write_review_page
-    from stream_dedupe.quality.tune import candidate_pairs, plot_scurve
-
-    check_inputs(corpus)
-    params = resolve_params(
-        None,
-        {
-            "threshold": threshold,
-            "num_perm": num_perm,
-            "lsh_margin": lsh_margin,
-            "shingle": ShingleSpec.parse(shingle) if shingle else None,
-        },
-    )
-    raws = [line.raw for path in corpus for line in read_lines(path) if line.raw.strip()]
-    result = candidate_pairs(raws, params)
-    out.mkdir(parents=True, exist_ok=True)
-    plot_scurve(result, out / "lsh-scurve.png")
-    shown = write_review_page(result, out / "borderline.html", pairs)
-    err.print(
-        f"{len(result.pairs):,} candidate pairs; wrote {out / 'lsh-scurve.png'} and "
-        f"{out / 'borderline.html'} ({shown} borderline pairs)"
-    )
-
-
 @app.command()
 def boilerplate(
     state: StateOpt,
@@ -335,6 +255,17 @@ def _open_existing(state: Path) -> Any:
             f"{state} is not a stream-dedupe state directory: run `stream-dedupe dedupe ... --state {state}`"
         )
     return RocksStore(state)
+
+
+def _register_commands() -> None:
+    # These modules import their heavy dependencies (matplotlib) only when a command runs.
+    from stream_dedupe.quality.cli import eval_command, tune
+
+    app.command("eval")(eval_command)
+    app.command()(tune)
+
+
+_register_commands()
 
 
 def main() -> None:

@@ -136,7 +136,8 @@ def _final_clusters(state: Path) -> list[str]:
     return cli("clusters", "--state", str(state)).stdout.splitlines()
 
 
-def test_interrupt_and_resume_equals_clean_run(tmp_path: Path) -> None:
+def _clean_run_and_interrupted_args(tmp_path: Path) -> tuple[Path, Path, Path, list[str]]:
+    """A clean run's state, and the command of a run over the same input to interrupt."""
     source = shared_file(NEWSGROUPS)
     clean = tmp_path / "clean"
     cli("dedupe", str(source), "--state", str(clean), "--no-progress")
@@ -153,10 +154,20 @@ def test_interrupt_and_resume_equals_clean_run(tmp_path: Path) -> None:
         "64",
         "--no-progress",
     ]
+    return clean, state, events, args
+
+
+def _start_and_wait_for_events(args: list[str], events: Path, size: int) -> subprocess.Popen[str]:
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and (not events.exists() or events.stat().st_size < 200_000):
+    while time.monotonic() < deadline and (not events.exists() or events.stat().st_size < size):
         time.sleep(0.05)
+    return proc
+
+
+def test_interrupt_and_resume_equals_clean_run(tmp_path: Path) -> None:
+    clean, state, events, args = _clean_run_and_interrupted_args(tmp_path)
+    proc = _start_and_wait_for_events(args, events, 200_000)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
@@ -174,28 +185,10 @@ def test_interrupt_and_resume_equals_clean_run(tmp_path: Path) -> None:
 
 
 def test_kill_9_leaves_a_consistent_state(tmp_path: Path) -> None:
-    source = shared_file(NEWSGROUPS)
-    clean = tmp_path / "clean"
-    cli("dedupe", str(source), "--state", str(clean), "--no-progress")
-    state, events = tmp_path / "s", tmp_path / "ev.jsonl"
-    args = [
-        *CLI,
-        "dedupe",
-        str(source),
-        "--state",
-        str(state),
-        "--events",
-        str(events),
-        "--batch-size",
-        "64",
-        "--no-progress",
-    ]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and (not events.exists() or events.stat().st_size < 300_000):
-        time.sleep(0.05)
+    clean, state, events, args = _clean_run_and_interrupted_args(tmp_path)
+    proc = _start_and_wait_for_events(args, events, 300_000)
     os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=60)
+    proc.communicate(timeout=60)
     cli(*args[3:])
     evs = doc_events(read_jsonl(events))
     by_id: dict[str, list[bytes]] = defaultdict(list)
