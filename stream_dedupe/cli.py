@@ -221,6 +221,44 @@ def explain(
 
 
 @app.command()
+def expire(
+    state: StateOpt,
+    max_age: Annotated[list[str], typer.Option(help="SOURCE=AGE, e.g. news=7d (repeatable; =AGE: no source).")],
+    now: Annotated[str | None, typer.Option(help="Reference time, RFC 3339 [default: now].")] = None,
+    events: Annotated[str | None, typer.Option(help="Write events as JSONL to this file (- for stdout).")] = None,
+    dry_run: Annotated[bool, typer.Option(help="Only list the ids that would expire.")] = False,
+) -> None:
+    """Forget documents older than their source's maximum age (removed like deletions)."""
+    import time
+
+    from stream_dedupe.core.engine import DedupeEngine, stored_params
+    from stream_dedupe.core.records import parse_timestamp
+    from stream_dedupe.core.retention import RetentionPolicy, expired_ids
+    from stream_dedupe.embedded import expire as expire_documents
+
+    policy = RetentionPolicy.parse(max_age)
+    try:
+        now_us = parse_timestamp(now) if now else int(time.time() * 1_000_000)
+    except ValueError as exc:
+        raise ConfigError(f"--now {now!r} is not RFC 3339 with a time zone (e.g. 2026-12-01T00:00:00Z)") from exc
+    store = _open_existing(state)
+    with ExitStack() as stack:
+        stack.callback(store.close)
+        ids = list(expired_ids(store, policy, now_us))
+        if dry_run:
+            sys.stdout.write("".join(f"{doc_id}\n" for doc_id in ids))
+            return
+        params = stored_params(store)
+        assert params is not None
+        engine = DedupeEngine(params, store)
+        counts = expire_documents(engine, ids, _open_out(stack, events, "ab"), 512)
+        err.print(
+            f"expired {len(ids):,} documents; {counts['canonical-changed']:,} canonical changes, "
+            f"{counts['cluster-split']:,} cluster splits"
+        )
+
+
+@app.command()
 def boilerplate(
     state: StateOpt,
     source: Annotated[str | None, typer.Option(help="Only this source.")] = None,

@@ -21,7 +21,7 @@ import orjson
 
 from stream_dedupe.core.engine import DedupeEngine
 from stream_dedupe.core.events import Event
-from stream_dedupe.core.records import Invalid, parse_document
+from stream_dedupe.core.records import Deletion, Invalid, parse_document
 from stream_dedupe.inputs import InputLine, identity, read_lines
 from stream_dedupe.storage.base import KVStore
 from stream_dedupe.storage.state import StateView
@@ -172,3 +172,14 @@ def _write(out: IO[bytes] | None, events: list[Event]) -> None:
         return
     out.write(b"".join(orjson.dumps(e) + b"\n" for e in events))
     out.flush()
+
+
+def expire(engine: DedupeEngine, ids: list[str], events_out: IO[bytes] | None, batch_size: int) -> Counter[str]:
+    """Remove documents (retention) as deletions, committing batch by batch; returns event counts."""
+    counts: Counter[str] = Counter()
+    for start in range(0, len(ids), batch_size):
+        events = engine.process([Deletion(doc_id) for doc_id in ids[start : start + batch_size]])
+        _write(events_out, events)
+        counts.update(event["event"] for event in events)
+        engine.commit()
+    return counts

@@ -246,3 +246,28 @@ def test_stdin_and_gzip_inputs(tmp_path: Path) -> None:
     from_stdin = [orjson.loads(x) for x in result.stdout.splitlines()]
     assert from_stdin == read_jsonl(tmp_path / "e1")
     assert from_stdin[1]["event"] == "duplicate-of" and from_stdin[1]["exact"] is True
+
+
+def test_expire_command(tmp_path: Path) -> None:
+    base = " ".join(f"word{i}" for i in range(40))
+    lines = [
+        {"id": "old-news", "text": base + " old and longer", "source": "news", "updated_at": "2026-01-01T00:00:00Z"},
+        {"id": "new-news", "text": base + " new", "source": "news", "updated_at": "2026-11-30T00:00:00Z"},
+        {"id": "runbook", "text": "restart the service then check the dashboard", "source": "runbooks",
+         "updated_at": "2020-01-01T00:00:00Z"},
+    ]
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    state = tmp_path / "s"
+    cli("dedupe", str(path), "--state", str(state), "--no-progress")
+    args = ("expire", "--state", str(state), "--max-age", "news=30d", "--now", "2026-12-01T00:00:00Z")
+    assert cli(*args, "--dry-run").stdout.split() == ["old-news"]
+    events = tmp_path / "ev.jsonl"
+    result = cli(*args, "--events", str(events))
+    assert "expired 1 documents" in result.stderr
+    evs = read_jsonl(events)
+    assert evs[0]["event"] == "deleted" and evs[0]["id"] == "old-news"
+    assert any(e["event"] == "canonical-changed" and e["canonical"] == "new-news" for e in evs)
+    assert cli(*args, "--dry-run").stdout.split() == []
+    bad = cli("expire", "--state", str(state), "--max-age", "news", check=False)
+    assert bad.returncode == 2 and "SOURCE=AGE" in bad.stderr

@@ -66,3 +66,48 @@ def test_incremental_equals_from_scratch(
     fresh.process([doc(i, t) for i, t in sorted(alive.items())])
     fresh.commit()
     assert snapshot(store) == snapshot(scratch)
+
+
+def test_retention_expires_old_documents_of_a_source_like_deletions() -> None:
+    from stream_dedupe.core.records import parse_timestamp
+    from stream_dedupe.core.retention import RetentionPolicy, expired_ids
+    from stream_dedupe.embedded import expire
+
+    params = DedupeParams(verify="exact")
+    store = MemoryStore()
+    engine = DedupeEngine(params, store)
+    docs = []
+    for i in range(12):
+        source = "news" if i % 2 else "runbooks"
+        day = 1 + i  # 2026-11-01 .. 2026-11-12
+        docs.append((f"d{i:02d}", body(i % 3, 55 + i % 5, i % 2), source, f"2026-11-{day:02d}T00:00:00Z"))
+    engine.process([doc(i, t, source=s, updated_at=u) for i, t, s, u in docs])
+    engine.commit()
+    policy = RetentionPolicy.parse(["news=7d"])
+    now = parse_timestamp("2026-11-15T00:00:00Z")
+    gone = list(expired_ids(store, policy, now))
+    # news documents updated before 2026-11-08; runbooks are kept forever
+    assert gone == [i for i, _, s, u in docs if s == "news" and u < "2026-11-08"]
+    counts = expire(engine, gone, None, batch_size=2)
+    assert counts["deleted"] == len(gone)
+    survivors = [(i, t, s, u) for i, t, s, u in docs if i not in gone]
+    scratch = MemoryStore()
+    fresh = DedupeEngine(params, scratch)
+    fresh.process([doc(i, t, source=s, updated_at=u) for i, t, s, u in survivors])
+    fresh.commit()
+    assert snapshot(store) == snapshot(scratch)
+
+
+def test_retention_rules_are_validated() -> None:
+    import pytest
+
+    from stream_dedupe.core.retention import RetentionPolicy, parse_age
+    from stream_dedupe.errors import ConfigError
+
+    assert parse_age("7d") == 7 * 86_400_000_000 and parse_age("90s") == 90_000_000
+    assert RetentionPolicy.parse(["=30d", "news=12h"]).max_age_us == {"": 30 * 86_400_000_000,
+                                                                        "news": 12 * 3_600_000_000}
+    with pytest.raises(ConfigError, match="SOURCE=AGE"):
+        RetentionPolicy.parse(["news"])
+    with pytest.raises(ConfigError, match="unit"):
+        parse_age("7 weeks")

@@ -7,6 +7,8 @@ freshly elected canonical.
 
 from __future__ import annotations
 
+import dataclasses
+
 from stream_dedupe.core import events as ev
 from stream_dedupe.core.bandindex import LshIndex
 from stream_dedupe.core.canonical import choose
@@ -75,7 +77,7 @@ def _promote(state: StateView, old: str, successor: str, group: list[str]) -> No
     """
     record = state.doc(successor)
     assert record is not None
-    state.put_doc(successor, DocRecord(record.content_hash, record.length, record.updated_at_us, record.tokens, True))
+    state.put_doc(successor, dataclasses.replace(record, indexed=True))
     known = {e[0] for e in state.edges(successor)}
     new_edges = [(o, s, x) for o, s, x in state.edges(old) if o not in known and o != successor and o not in group]
     new_edges += [(m, 1.0, True) for m in group[1:] if m not in known]

@@ -301,7 +301,10 @@ class DedupeEngine:
         elif item.signature is not None:
             matches = self._near_matches(item)
             indexed = True
-        state.put_doc(doc.doc_id, DocRecord(item.content_hash, item.length, doc.updated_at_us, item.tokens, indexed))
+        state.put_doc(
+            doc.doc_id,
+            DocRecord(item.content_hash, item.length, doc.updated_at_us, item.tokens, indexed, doc.source),
+        )
         if item.signature is not None:
             state.put_signature(doc.doc_id, item.signature)
             if item.shingle_set is not None:

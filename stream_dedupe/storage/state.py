@@ -31,6 +31,7 @@ class DocRecord:
         updated_at_us: ``updated_at`` in microseconds, or None.
         tokens: Number of tokens of the normalized text.
         indexed: True when the document's bands are in the LSH index (it represents its content).
+        source: The document's ``source``, or None (retention policies are per source).
 
     """
 
@@ -39,16 +40,20 @@ class DocRecord:
     updated_at_us: int | None
     tokens: int
     indexed: bool
+    source: str | None = None
 
     def encode(self) -> bytes:
-        """Versioned JSON encoding."""
-        return orjson.dumps([1, self.content_hash.hex(), self.length, self.updated_at_us, self.tokens, self.indexed])
+        """Versioned JSON encoding (version 2 added ``source``)."""
+        return orjson.dumps(
+            [2, self.content_hash.hex(), self.length, self.updated_at_us, self.tokens, self.indexed, self.source]
+        )
 
     @classmethod
     def decode(cls, raw: bytes) -> DocRecord:
-        """Inverse of :meth:`encode`."""
-        _version, digest, length, updated, tokens, indexed = orjson.loads(raw)
-        return cls(bytes.fromhex(digest), length, updated, tokens, indexed)
+        """Inverse of :meth:`encode` (reads version 1 records too)."""
+        fields = orjson.loads(raw)
+        source = fields[6] if fields[0] >= 2 else None
+        return cls(bytes.fromhex(fields[1]), fields[2], fields[3], fields[4], fields[5], source)
 
 
 Edge = tuple[str, float, bool]

@@ -1,0 +1,71 @@
+"""Retention: documents of a ``source`` are forgotten once older than that source's maximum age.
+
+News pages may be kept for days while runbooks are kept forever: a policy maps sources to a
+maximum age. Expired documents are removed exactly like deletions (their clusters re-elect a
+canonical or split), so the lifecycle invariants hold. Age is measured from ``updated_at``;
+documents without one, and sources without a policy, never expire.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from stream_dedupe.errors import ConfigError
+from stream_dedupe.storage.base import KVStore
+from stream_dedupe.storage.state import DocRecord
+
+_UNITS_US = {"s": 1_000_000, "m": 60_000_000, "h": 3_600_000_000, "d": 86_400_000_000}
+
+
+def parse_age(text: str) -> int:
+    """``90s``, ``30m``, ``12h`` or ``7d`` in microseconds.
+
+    Raises:
+        ConfigError: on anything else.
+
+    """
+    match = re.fullmatch(r"\s*(\d+)\s*([smhd])\s*", text)
+    if not match:
+        raise ConfigError(f"cannot parse age {text!r}: use a number and a unit s, m, h or d (e.g. 7d)")
+    return int(match.group(1)) * _UNITS_US[match.group(2)]
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """Maximum age per source, in microseconds.
+
+    Attributes:
+        max_age_us: ``{source: maximum age}``; the empty string stands for documents without a source.
+
+    """
+
+    max_age_us: dict[str, int]
+
+    @classmethod
+    def parse(cls, rules: list[str]) -> RetentionPolicy:
+        """Parse ``SOURCE=AGE`` rules (``news=7d``; ``=30d`` for documents without a source).
+
+        Raises:
+            ConfigError: on a malformed rule or a source given twice.
+
+        """
+        ages: dict[str, int] = {}
+        for rule in rules:
+            source, sep, age = rule.partition("=")
+            if not sep:
+                raise ConfigError(f"cannot parse retention rule {rule!r}: use SOURCE=AGE, e.g. news=7d")
+            if source in ages:
+                raise ConfigError(f"source {source!r} has two retention rules; keep one")
+            ages[source] = parse_age(age)
+        return cls(ages)
+
+
+def expired_ids(store: KVStore, policy: RetentionPolicy, now_us: int) -> Iterator[str]:
+    """Ids of the documents of ``store`` that the policy expires at ``now_us``, in id order."""
+    for key, raw in store.items("docs"):
+        record = DocRecord.decode(raw)
+        limit = policy.max_age_us.get(record.source or "")
+        if limit is not None and record.updated_at_us is not None and record.updated_at_us < now_us - limit:
+            yield key.decode("utf-8")
