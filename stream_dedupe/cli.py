@@ -95,6 +95,9 @@ def dedupe(
     state: StateOpt,
     events: Annotated[str | None, typer.Option(help="Write events as JSONL to this file (- for stdout).")] = None,
     deduped: Annotated[str | None, typer.Option(help="Write the canonical documents as JSONL to this file.")] = None,
+    deletions: Annotated[
+        list[str] | None, typer.Option(help="File of ids to delete, one per line, after the inputs (repeatable).")
+    ] = None,
     threshold: ThresholdOpt = None,
     num_perm: NumPermOpt = None,
     seed: Annotated[int | None, typer.Option(help="MinHash seed [default: 1].")] = None,
@@ -125,6 +128,8 @@ def dedupe(
     from stream_dedupe.storage.rocks import RocksStore
 
     check_inputs(inputs)
+    if deletions:
+        check_inputs(deletions)
     params = resolve_params(
         state,
         {
@@ -148,10 +153,12 @@ def dedupe(
         engine = DedupeEngine(params, store, limits)
         from stream_dedupe.embedded import resume_point
 
-        resuming = resume_point(store, inputs) is not None
+        resuming = resume_point(store, inputs, deletions or ()) is not None
         events_out = _open_out(stack, events, "ab" if resuming else "wb")
         reporter = stack.enter_context(ProgressReporter(err, total_bytes(inputs), enabled=progress))
-        result = run(engine, inputs, events_out, limits.batch_size, limits.max_doc_bytes, reporter.update)
+        result = run(
+            engine, inputs, events_out, limits.batch_size, limits.max_doc_bytes, reporter.update, deletions or ()
+        )
         reporter.close()
         if result.interrupted:
             err.print(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import FrameType
@@ -21,7 +21,7 @@ import orjson
 
 from stream_dedupe.core.engine import DedupeEngine
 from stream_dedupe.core.events import Event
-from stream_dedupe.core.records import Deletion, Invalid, parse_document
+from stream_dedupe.core.records import Deletion, Invalid, Record, parse_document
 from stream_dedupe.inputs import InputLine, identity, read_lines
 from stream_dedupe.storage.base import KVStore
 from stream_dedupe.storage.state import StateView
@@ -75,12 +75,16 @@ def _checkpoint(inputs: list[dict[str, Any]], file_index: int, line: int, counte
     return orjson.dumps({"inputs": inputs, "file": file_index, "line": line, "counters": dict(counters)})
 
 
-def resume_point(store: KVStore, paths: list[str]) -> tuple[int, int] | None:
+def _identities(paths: list[str], deletion_paths: Sequence[str]) -> list[dict[str, Any]]:
+    return [identity(p) for p in paths] + [{**identity(p), "kind": "deletions"} for p in deletion_paths]
+
+
+def resume_point(store: KVStore, paths: list[str], deletion_paths: Sequence[str] = ()) -> tuple[int, int] | None:
     """``(file index, line)`` where an interrupted run over the same inputs stopped, or None."""
-    if "-" in paths:
+    if "-" in paths or "-" in deletion_paths:
         return None
     previous = StateView(store).get_json(_RUN_KEY)
-    if previous and previous.get("inputs") == [identity(p) for p in paths]:
+    if previous and previous.get("inputs") == _identities(paths, deletion_paths):
         return int(previous["file"]), int(previous["line"])
     return None
 
@@ -92,12 +96,15 @@ def run(
     batch_size: int,
     max_doc_bytes: int,
     progress: ProgressHook | None = None,
+    deletion_paths: Sequence[str] = (),
 ) -> RunResult:
     """Dedupe ``paths`` into the engine's state, writing one event line per event to ``events_out``.
 
     Args:
         engine: The engine (its state decides what is already known).
         paths: Input files (plain or gzip JSONL), or ``-`` for standard input.
+        deletion_paths: Files of ids to delete, one per line (a bare id, or a JSON object with an
+            ``id``), processed after ``paths``.
         events_out: Where to write events as JSON lines (None: do not write them).
         batch_size: Records per engine batch (and per atomic commit).
         max_doc_bytes: Records above this size are ``invalid`` (``too-large``).
@@ -107,24 +114,26 @@ def run(
         What was done.
 
     """
-    inputs = [identity(p) for p in paths]
-    resumable = "-" not in paths
+    inputs = _identities(paths, deletion_paths)
+    sources = [(p, False) for p in paths] + [(p, True) for p in deletion_paths]
+    resumable = "-" not in paths and "-" not in deletion_paths
     result = RunResult()
-    start_file, start_line = resume_point(engine.store, paths) or (0, 0)
+    start_file, start_line = resume_point(engine.store, paths, deletion_paths) or (0, 0)
     if (start_file, start_line) != (0, 0):
         result.counters.update(StateView(engine.store).get_json(_RUN_KEY).get("counters", {}))
         result.resumed_from = start_line
     started = time.perf_counter()
     with _graceful_signals() as flag:
-        for file_index in range(start_file, len(paths)):
+        for file_index in range(start_file, len(sources)):
             skip = start_line if file_index == start_file else 0
-            lines = read_lines(paths[file_index], skip)
+            path, deletions = sources[file_index]
+            lines = read_lines(path, skip)
             consumed = skip
             while True:
                 batch = _take(lines, batch_size)
                 if not batch:
                     break
-                events = _process(engine, batch, max_doc_bytes)
+                events = _process(engine, batch, max_doc_bytes, deletions)
                 _write(events_out, events)
                 for event in events:
                     result.counters[event["event"]] += 1
@@ -156,15 +165,34 @@ def _take(lines: Iterator[InputLine], n: int) -> list[InputLine]:
     return batch
 
 
-def _process(engine: DedupeEngine, batch: list[InputLine], max_doc_bytes: int) -> list[Event]:
-    records = []
+def _process(engine: DedupeEngine, batch: list[InputLine], max_doc_bytes: int, deletions: bool) -> list[Event]:
+    records: list[Record] = []
     for item in batch:
-        if item.raw.strip():
+        if deletions:
+            records.append(_deletion(item.raw))
+        elif item.raw.strip():
             records.append(parse_document(item.raw, max_doc_bytes))
         else:
             records.append(Invalid("not-json", "empty line (every line must be one JSON document)"))
     origins = [{"source": item.source, "line": item.line} for item in batch]
     return engine.process(records, origins)
+
+
+def _deletion(raw: bytes) -> Record:
+    """A line of a deletions file: a bare id, or a JSON object with a string ``id``."""
+    text = raw.strip()
+    if not text.startswith(b"{"):
+        try:
+            return Deletion(text.decode("utf-8")) if text else Invalid("missing-id", "empty line in a deletions file")
+        except UnicodeDecodeError as exc:
+            return Invalid("invalid-utf8", f"deletion id is not valid UTF-8 at byte {exc.start}")
+    try:
+        doc_id = orjson.loads(text).get("id")
+    except (orjson.JSONDecodeError, AttributeError):
+        return Invalid("not-json", "a deletions line starting with { must be a JSON object with an id")
+    if not isinstance(doc_id, str) or not doc_id:
+        return Invalid("missing-id", 'a deletions line needs a non-empty string "id"')
+    return Deletion(doc_id)
 
 
 def _write(out: IO[bytes] | None, events: list[Event]) -> None:

@@ -30,7 +30,7 @@ def read_jsonl(path: Path) -> list[dict[str, object]]:
 
 
 def doc_events(events: list[dict[str, object]]) -> list[dict[str, object]]:
-    return [e for e in events if e["event"] in ("new", "duplicate-of", "unchanged", "invalid")]
+    return [e for e in events if e["event"] in ("new", "duplicate-of", "unchanged", "deleted", "invalid")]
 
 
 def test_newsgroups_exact_duplicate_bodies_share_a_cluster(tmp_path: Path, newsgroups: list[dict[str, object]]) -> None:
@@ -271,3 +271,21 @@ def test_expire_command(tmp_path: Path) -> None:
     assert cli(*args, "--dry-run").stdout.split() == []
     bad = cli("expire", "--state", str(state), "--max-age", "news", check=False)
     assert bad.returncode == 2 and "SOURCE=AGE" in bad.stderr
+
+
+def test_deletions_file(tmp_path: Path) -> None:
+    base = " ".join(f"word{i}" for i in range(40))
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"".join(orjson.dumps({"id": i, "text": base + t}) + b"\n"
+                              for i, t in (("a", ""), ("b", " plus a longer tail"), ("c", " x"))))
+    deletions = tmp_path / "gone.txt"
+    deletions.write_text('b\n{"id": "zzz"}\n{"oops": 1}\n')
+    events = tmp_path / "ev.jsonl"
+    cli("dedupe", str(path), "--deletions", str(deletions), "--state", str(tmp_path / "s"), "--events", str(events),
+        "--no-progress")
+    evs = doc_events(read_jsonl(events))
+    assert [(e["event"], e["id"]) for e in evs] == [("new", "a"), ("duplicate-of", "b"), ("duplicate-of", "c"),
+                                                    ("deleted", "b"), ("deleted", "zzz"), ("invalid", None)]
+    assert evs[4]["known"] is False and evs[5]["reason"] == "missing-id" and evs[5]["line"] == 3
+    clusters = cli("clusters", "--state", str(tmp_path / "s")).stdout.splitlines()
+    assert [orjson.loads(c)["members"] for c in clusters] == [["a", "c"]]

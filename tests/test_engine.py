@@ -135,6 +135,7 @@ def test_bridge_document_merges_and_removal_splits(store: KVStore) -> None:
     split_event = next(e for e in split if e["event"] == "cluster-split")
     assert split_event["cluster"] == "l" and split_event["previous"] == "x"
     assert sorted(c["cluster"] for c in split_event["clusters"]) == ["l", "r"]
+    assert sorted(c["members"] for c in split_event["clusters"]) == [["l"], ["r"]]
     assert final_clusters(store) == []
 
 

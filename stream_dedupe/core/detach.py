@@ -47,7 +47,9 @@ def detach(state: StateView, uf: UnionFind, lsh: LshIndex, doc_id: str, prior: D
     parts = [_rebuild(state, uf, comp) for comp in components]
     events: list[ev.Event] = []
     if len(parts) > 1:
-        events.append(ev.cluster_split(old.label, old.canonical.doc_id, parts, doc_id))
+        events.append(
+            ev.cluster_split(old.label, old.canonical.doc_id, list(zip(parts, components, strict=True)), doc_id)
+        )
     for part in parts:
         if part.canonical.doc_id != old.canonical.doc_id:
             events.append(ev.canonical_changed(part, old.canonical.doc_id, doc_id))

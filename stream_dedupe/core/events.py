@@ -70,12 +70,15 @@ def clusters_merged(cluster: ClusterInfo, merged: list[ClusterInfo], cause: str)
     }
 
 
-def cluster_split(label: str, previous_canonical: str, parts: list[ClusterInfo], cause: str) -> Event:
-    """Cluster ``label`` fell apart into ``parts`` because document ``cause`` left it."""
+def cluster_split(label: str, previous_canonical: str, parts: list[tuple[ClusterInfo, list[str]]], cause: str) -> Event:
+    """Cluster ``label`` fell apart into ``parts`` (each with its members) because ``cause`` left it."""
     return {
         "event": "cluster-split",
         "id": cause,
         "cluster": label,
         "previous": previous_canonical,
-        "clusters": [{"cluster": p.label, "canonical": p.canonical.doc_id, "size": p.size} for p in parts],
+        "clusters": [
+            {"cluster": p.label, "canonical": p.canonical.doc_id, "size": p.size, "members": members}
+            for p, members in parts
+        ],
     }
