@@ -104,6 +104,9 @@ def dedupe(
     shingle: ShingleOpt = None,
     min_tokens: Annotated[int | None, typer.Option(help="Shorter documents: exact match only [default: 10].")] = None,
     lsh_margin: LshMarginOpt = None,
+    estimate_margin: Annotated[
+        float | None, typer.Option(help="--verify estimate: required above the threshold [default: 0.01].")
+    ] = None,
     bands: Annotated[int | None, typer.Option(help="LSH bands (with --rows) instead of the chosen ones.")] = None,
     rows: Annotated[int | None, typer.Option(help="Rows per LSH band (with --bands).")] = None,
     verify: Annotated[str | None, typer.Option(help="Verification: estimate or exact [default: estimate].")] = None,
@@ -139,6 +142,7 @@ def dedupe(
             "shingle": ShingleSpec.parse(shingle) if shingle else None,
             "min_tokens": min_tokens,
             "lsh_margin": lsh_margin,
+            "estimate_margin": estimate_margin,
             "bands": bands,
             "rows": rows,
             "verify": verify,

@@ -124,6 +124,10 @@ class DedupeParams:
         min_tokens: Documents with fewer tokens are matched by exact normalized text only.
         lsh_margin: The LSH is tuned for ``threshold - lsh_margin`` so that it over-returns on
             purpose; verification removes the extra candidates.
+        estimate_margin: With ``verify="estimate"``, a candidate is a duplicate only when its
+            MinHash estimate reaches ``threshold + estimate_margin``: 0.01 is about 0.3 standard
+            errors at 128 permutations and keeps pairs just under the threshold out
+            (docs/quality.md measures it).
         bands: LSH bands; chosen from the LSH threshold with datasketch's weighting when 0.
         rows: Rows per band; chosen with ``bands`` when 0.
         verify: ``estimate`` (MinHash estimate) or ``exact`` (exact Jaccard on stored shingle sets).
@@ -137,6 +141,7 @@ class DedupeParams:
     shingle: ShingleSpec = field(default_factory=ShingleSpec)
     min_tokens: int = 10
     lsh_margin: float = 0.2
+    estimate_margin: float = 0.01
     bands: int = 0
     rows: int = 0
     verify: VerifyMode = "estimate"
@@ -156,6 +161,8 @@ class DedupeParams:
             raise ConfigError(
                 f"lsh_margin must be in [0, threshold), got {self.lsh_margin} with threshold {self.threshold}"
             )
+        if not 0.0 <= self.estimate_margin <= 0.2:
+            raise ConfigError(f"estimate_margin must be in [0, 0.2], got {self.estimate_margin}")
         if self.verify not in ("estimate", "exact"):
             raise ConfigError(f"verify must be 'estimate' or 'exact', got {self.verify!r}")
         if (self.bands == 0) != (self.rows == 0):
@@ -165,6 +172,11 @@ class DedupeParams:
                 f"bands * rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}: "
                 "lower --bands/--rows or raise --num-perm"
             )
+
+    @property
+    def decision_threshold(self) -> float:
+        """The similarity a verified candidate must reach: the threshold, plus the estimate margin."""
+        return self.threshold if self.verify == "exact" else round(self.threshold + self.estimate_margin, 6)
 
     @cached_property
     def band_layout(self) -> tuple[int, int]:
@@ -192,6 +204,7 @@ class DedupeParams:
             "bands": bands,
             "rows": rows,
             "verify": self.verify,
+            "estimate_margin": self.estimate_margin,
             "normalization": self.normalization.fingerprint,
             "normalization_patterns": {
                 "strip": list(self.normalization.strip_patterns),
@@ -215,6 +228,7 @@ class DedupeParams:
             bands=stored["bands"],
             rows=stored["rows"],
             verify=stored["verify"],
+            estimate_margin=stored.get("estimate_margin", 0.0),
             normalization=NormalizationConfig(
                 tuple(patterns.get("strip", ())),
                 tuple(patterns.get("header", ())),

@@ -38,7 +38,7 @@ class PairReport:
     def duplicate(self) -> bool:
         """Whether the engine's verification would call the pair duplicates."""
         value = self.exact if self.params.verify == "exact" else self.estimated
-        return value >= self.params.threshold
+        return value >= self.params.decision_threshold
 
 
 def _text_of(raw: bytes, name: str) -> str:
@@ -100,7 +100,7 @@ def render(console: Console, report: PairReport, show: int) -> None:
     table.add_column("what")
     table.add_column("value")
     verdict = "[green]duplicate[/]" if report.duplicate else "[yellow]not a duplicate[/]"
-    table.add_row("verdict", f"{verdict} (verify={p.verify}, threshold={p.threshold})")
+    table.add_row("verdict", f"{verdict} (verify={p.verify}, decided at >= {p.decision_threshold})")
     table.add_row("estimated Jaccard (MinHash)", f"{report.estimated:.4f}  ({p.num_perm} permutations)")
     table.add_row("exact Jaccard", f"{report.exact:.4f}")
     table.add_row(

@@ -75,8 +75,8 @@ def test_eval_command_on_labelled_corpus() -> None:
 def test_quality_targets_on_newsgroups() -> None:
     """Quality on 20 Newsgroups at threshold 0.8, against exact Jaccard (docs/quality.md).
 
-    Exact verification meets the targets (recall >= 0.98, precision >= 0.99). MinHash-estimate
-    verification measures recall 0.935, precision 0.941; the floor here guards against regressions.
+    Targets: exact verification recall >= 0.98 and precision >= 0.99; MinHash-estimate
+    verification recall >= 0.90 and precision >= 0.95 (with the default estimate margin 0.01).
     """
     import gzip
 
@@ -92,4 +92,4 @@ def test_quality_targets_on_newsgroups() -> None:
     exact, estimate = methods["stream-dedupe verify=exact"], methods["stream-dedupe verify=estimate"]
     assert exact.true_pairs == 170  # shared/data/README.md: 170 pairs >= 0.8
     assert exact.recall >= 0.98 and exact.precision >= 0.99
-    assert estimate.recall >= 0.90 and estimate.precision >= 0.90
+    assert estimate.recall >= 0.90 and estimate.precision >= 0.95

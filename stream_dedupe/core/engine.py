@@ -334,7 +334,7 @@ class DedupeEngine:
         matches = []
         for other in sorted(candidates):
             similarity = self._similarity(item, other)
-            if similarity >= self.params.threshold:
+            if similarity >= self.params.decision_threshold:
                 matches.append((other, similarity, False))
             else:
                 self.counters["rejected_candidates"] += 1
