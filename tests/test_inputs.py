@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from stream_dedupe.errors import ConfigError
+from stream_dedupe.inputs import check_inputs, identity, read_lines
+
+
+def test_plain_and_gzip_lines_with_positions_and_skip(tmp_path: Path) -> None:
+    data = b'{"id": "a"}\r\n{"id": "b"}\n\n{"id": "c"}'
+    plain, packed = tmp_path / "x.jsonl", tmp_path / "x.jsonl.gz"
+    plain.write_bytes(data)
+    packed.write_bytes(gzip.compress(data))
+    for path in (plain, packed):
+        lines = list(read_lines(str(path)))
+        assert [(x.line, x.raw) for x in lines] == [(1, b'{"id": "a"}'), (2, b'{"id": "b"}'), (3, b""),
+                                                    (4, b'{"id": "c"}')]
+        assert [x.line for x in read_lines(str(path), skip=2)] == [3, 4]
+    positions = [x.position for x in read_lines(str(plain))]
+    assert positions == sorted(positions) and positions[-1] == len(data)
+
+
+def test_identity_and_checks(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b"{}\n")
+    first = identity(str(path))
+    path.write_bytes(b"{}\n{}\n")
+    assert identity(str(path)) != first  # a changed file is not resumed
+    with pytest.raises(ConfigError, match="no input"):
+        check_inputs([])
+    with pytest.raises(ConfigError, match="does not exist"):
+        check_inputs([str(tmp_path / "missing.jsonl")])
+    truncated = tmp_path / "t.jsonl.gz"
+    body = b"".join(b'{"id": "%d", "text": "%s"}\n' % (i, bytes(range(97, 123)) * (i % 7)) for i in range(3000))
+    whole = gzip.compress(body)
+    truncated.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(ConfigError, match="complete"):
+        list(read_lines(str(truncated)))
