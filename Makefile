@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench tools clean
+.PHONY: demo test lint bench bench-worker tools clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,10 @@ lint: $(STAMP)
 ## bench: embedded engine beside datasketch on the same documents (see BENCHMARKS.md)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_embedded.py --docs 20000
+
+## bench-worker: end to end through a real broker, beside the embedded engine (starts its own broker)
+bench-worker: $(STAMP)
+	$(BIN)/python bench/bench_worker.py --docs 20000
 
 clean:
 	rm -rf $(VENV) demo-out bench/out

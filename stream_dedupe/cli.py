@@ -307,11 +307,14 @@ def _open_existing(state: Path) -> Any:
 
 
 def _register_commands() -> None:
-    # These modules import their heavy dependencies (matplotlib) only when a command runs.
+    # These modules import their heavy dependencies (Faust, matplotlib) only when a command runs.
     from stream_dedupe.quality.cli import eval_command, tune
+    from stream_dedupe.worker.cli import produce, worker
 
     app.command("eval")(eval_command)
     app.command()(tune)
+    app.command()(worker)
+    app.command()(produce)
 
 
 _register_commands()

@@ -1,0 +1,260 @@
+"""End-to-end throughput and decision latency of one Kafka worker, beside the embedded engine.
+
+    python bench/bench_worker.py --docs 20000            # starts its own broker (tools/kafka/kafka.sh)
+    python bench/bench_worker.py --bootstrap 127.0.0.1:9092
+
+1. embedded: the engine over a RocksDB state on the same documents (process + commit, batches of 500);
+2. throughput: a ready worker; produce N documents (~1.7 KB, bench/synth.py) while a consumer
+   reads the events topic; docs/s = N / (first produce -> last document event consumed);
+3. latency: a fresh worker; documents produced at a paced rate (default 1,000/s); per document,
+   the time from its send to the consumer receiving its event (p50/p99), plus the p99 bucket of
+   the worker's own ``stream_dedupe_decision_latency_seconds`` histogram.
+
+Prints one JSON object (also written to bench/out/worker.json). ``SD_BENCH_KEEP_LOGS=DIR`` keeps
+the workers' logs in DIR (they are otherwise deleted with the temporary directory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from stream_dedupe.config import DedupeParams  # noqa: E402
+from stream_dedupe.core.engine import DedupeEngine  # noqa: E402
+from stream_dedupe.core.records import parse_document  # noqa: E402
+from stream_dedupe.storage.rocks import RocksStore  # noqa: E402
+from stream_dedupe.worker.topics import prepare_input_topic  # noqa: E402
+
+CLI = """
+from stream_dedupe.cli import app, main
+from stream_dedupe.worker.cli import produce, worker
+if "worker" not in {c.name or getattr(c.callback, "__name__", None) for c in app.registered_commands}:
+    app.command()(worker); app.command()(produce)
+main()
+"""
+DOC_EVENTS = {b'"new"', b'"duplicate-of"', b'"unchanged"', b'"invalid"', b'"deleted"'}
+
+
+def synth_docs(n: int, seed: int) -> list[bytes]:
+    spec = importlib.util.spec_from_file_location("synth", REPO / "bench" / "synth.py")
+    assert spec and spec.loader
+    synth = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(synth)
+    return [orjson.dumps(d) for d in synth.generate(n, seed)]
+
+
+def embedded(docs: list[bytes], tmp: Path) -> dict[str, Any]:
+    store = RocksStore(tmp / "embedded-state")
+    engine = DedupeEngine(DedupeParams(), store)
+    t0 = time.perf_counter()
+    for i in range(0, len(docs), 500):
+        engine.process([parse_document(d, 1 << 20) for d in docs[i : i + 500]])
+        engine.commit()
+    seconds = time.perf_counter() - t0
+    store.close()
+    return {"docs_per_s": round(len(docs) / seconds), "seconds": round(seconds, 2)}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Worker:
+    def __init__(self, bootstrap: str, prefix: str, tmp: Path, extra: list[str]) -> None:
+        self.port = free_port()
+        self.prefix = prefix
+        self.log = tmp / f"{prefix}.log"
+        args = [
+            *("worker", "--broker", bootstrap, "--app-id", f"{prefix}-app", "--input-topic", f"{prefix}.in"),
+            *("--events-topic", f"{prefix}.events", "--deduped-topic", f"{prefix}.deduped"),
+            *("--dlq-topic", f"{prefix}.dlq", "--state-dir", str(tmp / f"{prefix}-state")),
+            *("--web-port", str(self.port), "--input-partitions", "4", "--log-level", "warning", *extra),
+        ]
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen([sys.executable, "-c", CLI, *args], stdout=out, stderr=out)
+        self.started = time.monotonic()
+
+    def wait_ready(self) -> float:
+        while time.monotonic() - self.started < 120:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"worker exited: {self.log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=1) as r:
+                    if r.status == 200:
+                        return time.monotonic() - self.started
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise SystemExit("worker not ready after 120 s")
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
+            return str(r.read().decode())
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(40)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        keep = os.environ.get("SD_BENCH_KEEP_LOGS")  # a directory to keep the workers' logs in
+        if keep:
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            (Path(keep) / self.log.name).write_bytes(self.log.read_bytes())
+
+
+async def produce_and_consume(bootstrap: str, prefix: str, docs: list[bytes], rate: float | None) -> dict[str, Any]:
+    """Produce ``docs`` (paced at ``rate``/s, or as fast as possible) while consuming the events."""
+    await prepare_input_topic(bootstrap, f"{prefix}.in", 4)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=2 if rate else 10, max_batch_size=1 << 20)
+    consumer = AIOKafkaConsumer(
+        f"{prefix}.events",
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=5,
+    )
+    await producer.start()
+    await consumer.start()
+    sent_at: dict[str, float] = {}
+    latencies: list[float] = []
+
+    async def consume() -> float:
+        seen: set[bytes] = set()
+        while len(seen) < len(docs):
+            batch = await consumer.getmany(timeout_ms=100, max_records=10000)
+            now = time.monotonic()
+            for records in batch.values():
+                for r in records:
+                    head = r.value[:40]
+                    if any(k in head for k in DOC_EVENTS):
+                        origin = dict(r.headers).get("sd-origin", b"")
+                        if origin not in seen:
+                            seen.add(origin)
+                            doc_id = orjson.loads(r.value)["id"]
+                            if doc_id in sent_at:
+                                latencies.append(now - sent_at[doc_id])
+        return time.monotonic()
+
+    task = asyncio.create_task(consume())
+    t0 = time.monotonic()
+    futures = []
+    for i, raw in enumerate(docs):
+        if rate:
+            delay = t0 + i / rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        doc_id = orjson.loads(raw)["id"]
+        sent_at[doc_id] = time.monotonic()
+        futures.append(await producer.send(f"{prefix}.in", raw, key=doc_id.encode()))
+    await asyncio.gather(*futures)
+    produced = time.monotonic()
+    t1 = await asyncio.wait_for(task, 600)
+    await producer.stop()
+    await consumer.stop()
+    latencies.sort()
+    out = {
+        "docs": len(docs),
+        "seconds": round(t1 - t0, 2),
+        "docs_per_s": round(len(docs) / (t1 - t0)),
+        "produce_seconds": round(produced - t0, 2),
+    }
+    if rate:
+        out["p50_ms"] = round(1000 * latencies[len(latencies) // 2], 1)
+        out["p99_ms"] = round(1000 * latencies[int(len(latencies) * 0.99)], 1)
+        out["max_ms"] = round(1000 * latencies[-1], 1)
+    return out
+
+
+def histogram_p99(metrics: str) -> float | None:
+    buckets = []
+    for line in metrics.splitlines():
+        if line.startswith("stream_dedupe_decision_latency_seconds_bucket"):
+            le = line.split('le="')[1].split('"')[0]
+            buckets.append((float("inf") if le == "+Inf" else float(le), float(line.rsplit(" ", 1)[1])))
+    if not buckets or buckets[-1][1] == 0:
+        return None
+    total = buckets[-1][1]
+    for le, count in buckets:
+        if count >= 0.99 * total:
+            return le
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", type=int, default=20000)
+    parser.add_argument("--latency-docs", type=int, default=15000)
+    parser.add_argument("--rate", type=float, default=1000.0)
+    parser.add_argument("--bootstrap", default=None, help="use this broker instead of starting one")
+    parser.add_argument("--batch-wait", default="0.05")
+    args = parser.parse_args()
+    env = {
+        **os.environ,
+        "KAFKA_PORT": "19392",
+        "KAFKA_CONTROLLER_PORT": "19393",
+        "KAFKA_RUN_DIR": "/tmp/stream-dedupe-kafka-bench",
+    }
+    kafka_sh = ["bash", str(REPO / "tools" / "kafka" / "kafka.sh")]
+    bootstrap = args.bootstrap
+    if bootstrap is None:
+        started = subprocess.run([*kafka_sh, "start"], env=env, capture_output=True, text=True, check=False)
+        if started.returncode != 0:
+            raise SystemExit(started.stderr)
+        bootstrap = started.stdout.strip()
+    result: dict[str, Any] = {"cpus": os.cpu_count(), "docs": args.docs}
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            tmp = Path(d)
+            docs = synth_docs(args.docs, seed=1)
+            result["avg_doc_bytes"] = round(sum(map(len, docs)) / len(docs))
+            result["embedded"] = embedded(docs, tmp)
+            extra = ["--batch-wait", args.batch_wait]
+            w = Worker(bootstrap, f"bw{uuid.uuid4().hex[:6]}", tmp, extra)
+            result["worker_ready_s"] = round(w.wait_ready(), 2)
+            result["worker"] = asyncio.run(produce_and_consume(bootstrap, w.prefix, docs, None))
+            w.stop()
+            result["ratio_worker_vs_embedded"] = round(
+                result["worker"]["docs_per_s"] / result["embedded"]["docs_per_s"], 3
+            )
+            w = Worker(bootstrap, f"bl{uuid.uuid4().hex[:6]}", tmp, extra)
+            w.wait_ready()
+            paced = synth_docs(args.latency_docs, seed=2)
+            result["latency"] = asyncio.run(produce_and_consume(bootstrap, w.prefix, paced, args.rate))
+            result["latency"]["rate"] = args.rate
+            result["latency"]["worker_histogram_p99_le_s"] = histogram_p99(w.metrics())
+            w.stop()
+    finally:
+        if args.bootstrap is None:
+            subprocess.run([*kafka_sh, "stop"], env=env, capture_output=True, check=False)
+    text = json.dumps(result, indent=2)
+    print(text)
+    out = REPO / "bench" / "out"
+    out.mkdir(exist_ok=True)
+    (out / "worker.json").write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

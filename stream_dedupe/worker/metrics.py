@@ -1,0 +1,160 @@
+"""Prometheus metrics of a worker, in a registry of its own (never the process-global one).
+
+Served as ``GET /metrics`` by the worker's web server. Names follow the Prometheus conventions:
+prefix ``stream_dedupe_``, base units (seconds, bytes), ``_total`` on counters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
+from prometheus_client import Counter as PromCounter
+
+#: Decision latency buckets in seconds (input record timestamp -> its event acknowledged).
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+CANDIDATE_BUCKETS = (0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0, 50.0, 100.0)
+CONTENT_TYPE = "text/plain; version=0.0.4"
+
+_OUTCOMES = {"new": "new", "duplicate-of": "duplicate", "unchanged": "unchanged", "deleted": "deleted"}
+
+
+class WorkerMetrics:
+    """All metrics of one worker.
+
+    Attributes:
+        registry: The registry ``/metrics`` renders.
+
+    """
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.documents = PromCounter(
+            "stream_dedupe_documents", "Input records decided, by outcome.", ["outcome"], registry=r
+        )
+        self.duplicate_ratio = Gauge(
+            "stream_dedupe_duplicate_ratio", "Duplicates over valid documents decided by this process.", registry=r
+        )
+        self.candidates = Histogram(
+            "stream_dedupe_candidates_per_document",
+            "LSH candidates per document (the batch mean, observed once per batch).",
+            buckets=CANDIDATE_BUCKETS,
+            registry=r,
+        )
+        self.rejections = PromCounter(
+            "stream_dedupe_verification_rejections",
+            "LSH candidates rejected by verification (false positives of the LSH).",
+            registry=r,
+        )
+        self.latency = Histogram(
+            "stream_dedupe_decision_latency_seconds",
+            "From the input record's Kafka timestamp to the acknowledgement of its event.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.clusters = Gauge("stream_dedupe_clusters", "Clusters in the state (singletons included).", registry=r)
+        self.hot_buckets = PromCounter(
+            "stream_dedupe_hot_bucket_skips", "Band insertions skipped because the LSH bucket was full.", registry=r
+        )
+        self.state_documents = Gauge("stream_dedupe_state_documents", "Documents in the state.", registry=r)
+        self.state_bytes = Gauge("stream_dedupe_state_bytes", "Bytes of the local state directory.", registry=r)
+        self.invalid = PromCounter(
+            "stream_dedupe_invalid_records", "Records sent to the DLQ, by reason.", ["reason"], registry=r
+        )
+        self.lag = Gauge(
+            "stream_dedupe_consumer_lag",
+            "Input records not yet decided, per input partition (high watermark - next undecided offset).",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "stream_dedupe_batch_records",
+            "Records per decided batch.",
+            buckets=(1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500),
+            registry=r,
+        )
+        self.ready = Gauge("stream_dedupe_ready", "1 once tables are recovered and the engine is built.", registry=r)
+        self._last: Counter[str] = Counter()
+
+    def record_batch(self, events: Sequence[dict[str, Any]], counters: Counter[str], records: int) -> None:
+        """Account for one decided batch (its events and the engine's cumulative counters)."""
+        for event in events:
+            kind = event["event"]
+            if kind in _OUTCOMES:
+                self.documents.labels(_OUTCOMES[kind]).inc()
+            elif kind == "invalid":
+                self.documents.labels("invalid").inc()
+                self.invalid.labels(str(event.get("reason"))).inc()
+        delta = {k: counters[k] - self._last[k] for k in ("documents", "candidates", "rejected_candidates")}
+        delta["hot_bucket_skips"] = counters["hot_bucket_skips"] - self._last["hot_bucket_skips"]
+        self._last = Counter(counters)
+        if delta["documents"]:
+            self.candidates.observe(delta["candidates"] / delta["documents"])
+        self.rejections.inc(max(delta["rejected_candidates"], 0))
+        self.hot_buckets.inc(max(delta["hot_bucket_skips"], 0))
+        if counters["documents"]:
+            self.duplicate_ratio.set(counters["duplicates"] / counters["documents"])
+        self.batch_size.observe(records)
+
+    def render(self) -> bytes:
+        """The text exposition of the registry."""
+        return generate_latest(self.registry)
+
+
+def dir_bytes(path: Path) -> int:
+    """Bytes of the files under ``path`` (files vanishing during the walk are skipped)."""
+    total = 0
+    for f in path.rglob("*"):
+        try:
+            if f.is_file():
+                total += f.stat().st_size
+        except OSError:
+            continue
+    return total
+
+
+async def refresh_gauges(app: Any, rt: Any) -> None:
+    """Update the periodic gauges: state size, clusters, consumer lag per input partition.
+
+    Args:
+        app: The Faust app.
+        rt: The worker's :class:`~stream_dedupe.worker.app.Runtime`.
+
+    """
+    from stream_dedupe.storage.state import StateView
+
+    input_topic_name = rt.settings.input_topic
+    m = rt.metrics
+    m.state_bytes.set(dir_bytes(rt.settings.state_dir))
+    engine = rt.engine
+    if engine is not None:
+        docs = rt.store.count("docs")
+        m.state_documents.set(docs)
+        merged_away = 0
+        view = StateView(rt.store)  # not the engine's overlay: a batch may be between process and commit
+        for i, (key, _) in enumerate(rt.store.items("clusters")):
+            if i % 256 == 255:
+                await asyncio.sleep(0)  # a scan of the whole state: let the pipeline run meanwhile
+            info = view.get_cluster(key.decode("utf-8"))
+            if info is not None:
+                merged_away += info.size - 1
+        m.clusters.set(docs - merged_away)
+    consumer = getattr(rt, "route_consumer", None)  # the route stage's own consumer
+    if consumer is None:
+        return
+    for tp in consumer.assignment():
+        if tp.topic != input_topic_name:
+            continue
+        try:
+            high = consumer.highwater(tp)
+        except Exception:
+            continue
+        if high is None:
+            continue
+        done = rt.decided.get((tp.topic, tp.partition), -1) + 1
+        m.lag.labels(tp.topic, str(tp.partition)).set(max(int(high) - done, 0))

@@ -1,0 +1,122 @@
+"""Loading JSONL corpora into the input topic (backfills, demos, benchmarks).
+
+Each non-blank line becomes one record: key = the document's ``id`` when the line is a JSON
+object with a string id (else no key), value = the line's bytes unchanged (bad lines are sent
+too: the worker routes them to the DLQ). Returns only when the broker acknowledged every record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
+
+from stream_dedupe.inputs import read_lines
+from stream_dedupe.worker.settings import WorkerSettings
+
+#: Called with (records sent so far, bytes of input consumed so far).
+ProgressHook = Callable[[int, int], None]
+
+_WINDOW = 2000  # records in flight before waiting for their acknowledgements
+
+
+@dataclass
+class ProduceResult:
+    """What ``produce`` sent.
+
+    Attributes:
+        records: Records acknowledged by the broker.
+        without_key: Records sent without a key (no readable ``id``).
+        blank: Blank lines skipped.
+        bytes: Bytes of record values sent.
+        seconds: Wall time.
+
+    """
+
+    records: int = 0
+    without_key: int = 0
+    blank: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+
+
+def document_key(raw: bytes) -> bytes | None:
+    """The ``id`` of a JSON document line as key bytes, or None if it cannot be read."""
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if isinstance(value, dict) and isinstance(value.get("id"), str) and value["id"]:
+        return str(value["id"]).encode("utf-8")
+    return None
+
+
+def iter_records(paths: Iterable[str], result: ProduceResult) -> Iterator[tuple[bytes | None, bytes, int]]:
+    """``(key, value, bytes position)`` of every non-blank line of ``paths``."""
+    offset = 0
+    for path in paths:
+        last = 0
+        for line in read_lines(path):
+            last = line.position
+            if not line.raw.strip():
+                result.blank += 1
+                continue
+            yield document_key(line.raw), line.raw, offset + line.position
+        offset += last
+
+
+async def produce(
+    bootstrap: str, topic: str, paths: list[str], progress: ProgressHook | None = None, linger_ms: int = 5
+) -> ProduceResult:
+    """Send every line of ``paths`` to ``topic`` and wait for all acknowledgements."""
+    result = ProduceResult()
+    started = time.perf_counter()
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=linger_ms, max_batch_size=1 << 20, max_request_size=8 << 20
+    )
+    await producer.start()
+    try:
+        pending: list[asyncio.Future[object]] = []
+        position = 0
+        for key, value, position in iter_records(paths, result):
+            pending.append(await producer.send(topic, value, key=key))
+            result.without_key += key is None
+            result.bytes += len(value)
+            if len(pending) >= _WINDOW:
+                await asyncio.gather(*pending)
+                result.records += len(pending)
+                pending.clear()
+                if progress:
+                    progress(result.records, position)
+        await asyncio.gather(*pending)
+        result.records += len(pending)
+        if progress:
+            progress(result.records, position)
+    finally:
+        await producer.stop()
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+async def start_worker_producer(settings: WorkerSettings) -> Any:
+    """The producer of the decide stage: events, deduped, DLQ and table changelogs (whole batches).
+
+    Acks from all in-sync replicas; a long request timeout so that a broker outage makes the
+    worker wait (and retry) rather than fail.
+    """
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.bootstrap,
+        acks="all",
+        linger_ms=2,
+        max_batch_size=900_000,
+        max_request_size=8 << 20,
+        request_timeout_ms=1_200_000,
+        client_id=f"{settings.app_id}-decide",
+    )
+    await producer.start()
+    return producer

@@ -1,0 +1,188 @@
+"""Worker settings: one dataclass, read in one place from ``STREAM_DEDUPE_*`` variables and flags.
+
+Precedence: a command-line flag beats its environment variable, which beats the default. Every
+field ``name`` maps to the variable ``STREAM_DEDUPE_<NAME>`` (upper case), e.g. ``broker`` ->
+``STREAM_DEDUPE_BROKER``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from stream_dedupe.config import DedupeParams, RuntimeLimits, ShingleSpec
+from stream_dedupe.worker.errors import WorkerConfigError
+
+ENV_PREFIX = "STREAM_DEDUPE_"
+GUARANTEES = ("at_least_once",)
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """Everything a worker needs; see ``docs/worker.md`` for the table of variables and flags.
+
+    Attributes:
+        broker: Kafka bootstrap servers, ``host:port[,host:port]`` (``kafka://`` prefix optional).
+        app_id: Faust application id = consumer group; also names the internal topics.
+        input_topic: Input documents (key = id, value = JSON, null value = deleted).
+        events_topic: One event per input record.
+        deduped_topic: Compacted topic of the canonical documents.
+        dlq_topic: Records that are not valid documents.
+        input_partitions: Partitions of the input topic when the worker creates it.
+        state_dir: Faust data directory (RocksDB tables under ``v1/tables``).
+        threshold: Jaccard threshold (None: the state's, else 0.8).
+        num_perm: MinHash permutations (None: the state's, else 128).
+        shingle: Shingling ``word:K``/``char:K`` (None: the state's, else ``word:3``).
+        web_host: Address the HTTP server (metrics, health) binds to.
+        web_port: Port of the HTTP server.
+        batch_size: Records decided together (one engine batch, one atomic commit).
+        batch_wait: Seconds to wait for a batch to fill before deciding a partial one.
+        max_doc_bytes: Larger records are invalid (``too-large``) and go to the DLQ.
+        max_bucket_size: LSH bucket cap (hot buckets stop growing).
+        processing_guarantee: Only ``at_least_once`` (exactly_once: issue 4).
+        session_timeout: Broker session timeout in seconds (how fast a killed worker's
+            partitions are reassigned on restart).
+        heartbeat_interval: Consumer heartbeat interval in seconds.
+        shutdown_timeout: Seconds SIGTERM may take before the process exits anyway.
+        log_level: ``debug``, ``info``, ``warning`` or ``error``.
+
+    """
+
+    broker: str = "127.0.0.1:9092"
+    app_id: str = "stream-dedupe"
+    input_topic: str = "crawl.documents"
+    events_topic: str = "dedupe.events"
+    deduped_topic: str = "crawl.documents.deduped"
+    dlq_topic: str = "dedupe.dlq"
+    input_partitions: int = 4
+    state_dir: Path = field(default_factory=lambda: Path("stream-dedupe-worker-state"))
+    threshold: float | None = None
+    num_perm: int | None = None
+    shingle: str | None = None
+    web_host: str = "127.0.0.1"
+    web_port: int = 6066
+    batch_size: int = 500
+    batch_wait: float = 0.05
+    max_doc_bytes: int = 1 << 20
+    max_bucket_size: int = 500
+    processing_guarantee: str = "at_least_once"
+    session_timeout: float = 6.0
+    heartbeat_interval: float = 1.0
+    shutdown_timeout: float = 30.0
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        if self.processing_guarantee not in GUARANTEES:
+            raise WorkerConfigError(
+                f"processing_guarantee {self.processing_guarantee!r} is not supported: use at_least_once "
+                f"(set {ENV_PREFIX}PROCESSING_GUARANTEE or --processing-guarantee)"
+            )
+        if self.input_partitions < 1:
+            raise WorkerConfigError(f"input_partitions must be >= 1, got {self.input_partitions}")
+        if not 0 < self.batch_wait <= 60:
+            raise WorkerConfigError(f"batch_wait must be in (0, 60] seconds, got {self.batch_wait}")
+        if not 0 < self.heartbeat_interval < self.session_timeout:
+            raise WorkerConfigError(
+                f"heartbeat_interval ({self.heartbeat_interval}) must be positive and below "
+                f"session_timeout ({self.session_timeout})"
+            )
+        if self.shutdown_timeout <= 0:
+            raise WorkerConfigError(f"shutdown_timeout must be positive, got {self.shutdown_timeout}")
+        names = {self.input_topic, self.events_topic, self.deduped_topic, self.dlq_topic, self.index_topic}
+        if len(names) != 5:
+            raise WorkerConfigError("input, events, deduped, dlq and index topic names must all be different")
+        self.limits()  # validates batch_size, max_doc_bytes, max_bucket_size
+        if self.shingle is not None:
+            ShingleSpec.parse(self.shingle)
+
+    @property
+    def index_topic(self) -> str:
+        """The internal single-partition topic the decide agent consumes."""
+        return f"{self.app_id}-index"
+
+    @property
+    def bootstrap(self) -> str:
+        """Bootstrap servers without the ``kafka://`` scheme (for aiokafka)."""
+        return ",".join(s.removeprefix("kafka://") for s in self.broker.split(","))
+
+    @property
+    def faust_broker(self) -> str:
+        """Bootstrap servers as Faust wants them (``kafka://host:port;...``)."""
+        return ";".join(f"kafka://{s}" for s in self.bootstrap.split(","))
+
+    def limits(self) -> RuntimeLimits:
+        """The engine's runtime limits."""
+        return RuntimeLimits(
+            max_doc_bytes=self.max_doc_bytes, max_bucket_size=self.max_bucket_size, batch_size=self.batch_size
+        )
+
+    def explicit_params(self) -> dict[str, Any]:
+        """The index parameters given explicitly (to merge with those stored in the state)."""
+        given: dict[str, Any] = {"threshold": self.threshold, "num_perm": self.num_perm}
+        if self.shingle is not None:
+            given["shingle"] = ShingleSpec.parse(self.shingle)
+        return {k: v for k, v in given.items() if v is not None}
+
+    def params(self, stored: DedupeParams | None) -> DedupeParams:
+        """Parameters for the engine: explicit settings over the stored ones over the defaults.
+
+        Same rule as the embedded command: an explicit threshold or num_perm re-derives the LSH
+        bands. The engine then refuses a state built with different parameters.
+        """
+        base = stored or DedupeParams()
+        explicit = self.explicit_params()
+        values = {f.name: getattr(base, f.name) for f in dataclasses.fields(DedupeParams)}
+        if "threshold" in explicit or "num_perm" in explicit:
+            values.update(bands=0, rows=0)
+        values.update(explicit)
+        return DedupeParams(**values)
+
+    @classmethod
+    def load(cls, env: Mapping[str, str] | None = None, **flags: Any) -> WorkerSettings:
+        """Read the settings: flags (None = not given) over ``STREAM_DEDUPE_*`` variables over defaults.
+
+        Raises:
+            WorkerConfigError: if a variable cannot be parsed or a value is out of range.
+
+        """
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            var = ENV_PREFIX + f.name.upper()
+            if flags.get(f.name) is not None:
+                values[f.name] = flags[f.name]
+            elif env.get(var, "") != "":
+                values[f.name] = _parse(var, env[var], f.type)
+        unknown = set(flags) - {f.name for f in fields(cls)}
+        if unknown:
+            raise WorkerConfigError(f"unknown worker settings: {sorted(unknown)}")
+        if "state_dir" in values:
+            values["state_dir"] = Path(values["state_dir"])
+        try:
+            return cls(**values)
+        except WorkerConfigError:
+            raise
+        except Exception as exc:  # ConfigError from the engine's validation
+            raise WorkerConfigError(f"invalid worker setting: {exc}") from exc
+
+
+def _parse(var: str, text: str, kind: Any) -> Any:
+    kind = str(kind)
+    try:
+        if "float" in kind:
+            return float(text)
+        if "int" in kind:
+            return int(text)
+    except ValueError as exc:
+        expected = "a number" if "float" in kind else "an integer"
+        raise WorkerConfigError(f"{var}={text!r} is not {expected}: fix or unset the variable") from exc
+    return text
+
+
+def env_var(name: str) -> str:
+    """The environment variable of a settings field."""
+    return ENV_PREFIX + name.upper()

@@ -1,0 +1,68 @@
+"""Alert rules (promtool) and the Grafana dashboard (every query names an exported metric)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from stream_dedupe.worker.metrics import WorkerMetrics
+
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+
+
+def promtool() -> str:
+    path = shutil.which("promtool")
+    if path is None:  # never skip: `make test` installs it (Makefile target `tools`)
+        raise FileNotFoundError("promtool is not installed: run `make tools` (Debian package prometheus)")
+    return path
+
+
+def exported_metric_names() -> set[str]:
+    """Sample names the worker's /metrics can contain (histograms expanded)."""
+    names = set()
+    for line in WorkerMetrics().render().decode().splitlines():
+        match = re.match(r"# TYPE (\S+) (\S+)", line)
+        if match:
+            name, kind = match.groups()
+            names.add(name)
+            if kind == "histogram":
+                names.update({f"{name}_bucket", f"{name}_sum", f"{name}_count"})
+            if kind == "counter":
+                names.add(name if name.endswith("_total") else f"{name}_total")
+    return names
+
+
+def test_alert_rules_pass_their_unit_tests() -> None:
+    check = subprocess.run([promtool(), "check", "rules", str(DEPLOY / "prometheus" / "alerts.yaml")],
+                           capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+    tests = subprocess.run([promtool(), "test", "rules", "alerts.test.yaml"], cwd=DEPLOY / "prometheus",
+                           capture_output=True, text=True, timeout=120)
+    assert tests.returncode == 0 and "SUCCESS" in tests.stdout, tests.stdout + tests.stderr
+
+
+def test_alert_rules_name_exported_metrics() -> None:
+    exported = exported_metric_names()
+    text = (DEPLOY / "prometheus" / "alerts.yaml").read_text()
+    used = set(re.findall(r"\bstream_dedupe_[a-z_]+", text))
+    assert used and used <= exported, used - exported
+
+
+def test_dashboard_structure_and_every_query_names_an_exported_metric() -> None:
+    dashboard = json.loads((DEPLOY / "grafana" / "stream-dedupe.json").read_text())
+    assert dashboard["uid"] == "stream-dedupe" and dashboard["panels"]
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    exported = exported_metric_names()
+    titles = " ".join(p["title"].lower() for p in dashboard["panels"])
+    for needed in ("throughput", "duplicate rate", "latency", "lag", "clusters", "dead letters", "state size"):
+        assert needed in titles, needed
+    for panel in dashboard["panels"]:
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            used = set(re.findall(r"\bstream_dedupe_[a-z_]+", target["expr"]))
+            assert used, target["expr"]
+            assert used <= exported, (panel["title"], used - exported)
