@@ -46,6 +46,10 @@ def worker(
     shingle: Annotated[
         str | None, _opt("shingle", "Shingles word:K or char:K [default: state's, else word:3].")
     ] = None,
+    boilerplate_min_docs: Annotated[
+        int | None,
+        _opt("boilerplate_min_docs", "Learn lines seen in this many documents of a source (0: off) [default: off]."),
+    ] = None,
     web_host: Annotated[str | None, _opt("web_host", "HTTP bind address [default: 127.0.0.1].")] = None,
     web_port: Annotated[
         int | None, _opt("web_port", "HTTP port for /metrics, /healthz, /readyz [default: 6066].")

@@ -61,6 +61,11 @@ class WorkerMetrics:
         self.hot_buckets = PromCounter(
             "stream_dedupe_hot_bucket_skips", "Band insertions skipped because the LSH bucket was full.", registry=r
         )
+        self.boilerplate = PromCounter(
+            "stream_dedupe_boilerplate_lines_stripped",
+            "Lines stripped as learned boilerplate before shingling.",
+            registry=r,
+        )
         self.state_documents = Gauge("stream_dedupe_state_documents", "Documents in the state.", registry=r)
         self.state_bytes = Gauge("stream_dedupe_state_bytes", "Bytes of the local state directory.", registry=r)
         self.invalid = PromCounter(
@@ -91,12 +96,14 @@ class WorkerMetrics:
                 self.documents.labels("invalid").inc()
                 self.invalid.labels(str(event.get("reason"))).inc()
         delta = {k: counters[k] - self._last[k] for k in ("documents", "candidates", "rejected_candidates")}
-        delta["hot_bucket_skips"] = counters["hot_bucket_skips"] - self._last["hot_bucket_skips"]
+        for key in ("hot_bucket_skips", "boilerplate_lines_stripped"):
+            delta[key] = counters[key] - self._last[key]
         self._last = Counter(counters)
         if delta["documents"]:
             self.candidates.observe(delta["candidates"] / delta["documents"])
         self.rejections.inc(max(delta["rejected_candidates"], 0))
         self.hot_buckets.inc(max(delta["hot_bucket_skips"], 0))
+        self.boilerplate.inc(max(delta["boilerplate_lines_stripped"], 0))
         if counters["documents"]:
             self.duplicate_ratio.set(counters["duplicates"] / counters["documents"])
         self.batch_size.observe(records)

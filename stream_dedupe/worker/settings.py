@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from stream_dedupe.config import DedupeParams, RuntimeLimits, ShingleSpec
+from stream_dedupe.config import BoilerplateConfig, DedupeParams, RuntimeLimits, ShingleSpec
 from stream_dedupe.worker.errors import WorkerConfigError
 
 ENV_PREFIX = "STREAM_DEDUPE_"
@@ -37,6 +37,8 @@ class WorkerSettings:
         threshold: Jaccard threshold (None: the state's, else 0.8).
         num_perm: MinHash permutations (None: the state's, else 128).
         shingle: Shingling ``word:K``/``char:K`` (None: the state's, else ``word:3``).
+        boilerplate_min_docs: Learn boilerplate lines seen in this many documents of a source
+            (None: the state's setting, else off; 0: off).
         web_host: Address the HTTP server (metrics, health) binds to.
         web_port: Port of the HTTP server.
         batch_size: Records decided together (one engine batch, one atomic commit).
@@ -63,6 +65,7 @@ class WorkerSettings:
     threshold: float | None = None
     num_perm: int | None = None
     shingle: str | None = None
+    boilerplate_min_docs: int | None = None
     web_host: str = "127.0.0.1"
     web_port: int = 6066
     batch_size: int = 500
@@ -125,6 +128,9 @@ class WorkerSettings:
         given: dict[str, Any] = {"threshold": self.threshold, "num_perm": self.num_perm}
         if self.shingle is not None:
             given["shingle"] = ShingleSpec.parse(self.shingle)
+        if self.boilerplate_min_docs is not None:
+            learn = self.boilerplate_min_docs > 0
+            given["boilerplate"] = BoilerplateConfig(True, self.boilerplate_min_docs) if learn else BoilerplateConfig()
         return {k: v for k, v in given.items() if v is not None}
 
     def params(self, stored: DedupeParams | None) -> DedupeParams:
