@@ -8,6 +8,7 @@ ids and topics per test, a temporary state dir and a free web port.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -235,13 +236,8 @@ def workers(broker: Broker, names: Names, tmp_path: Path) -> Iterator[Any]:
 
     yield make
     for w in made:
-        if w.proc is not None and w.proc.poll() is None:
-            w.proc.send_signal(signal.SIGTERM)
-            try:
-                w.proc.wait(40)
-            except subprocess.TimeoutExpired:
-                w.proc.kill()
-                w.proc.wait(10)
+        with contextlib.suppress(AssertionError):  # a test that failed may leave a worker behind
+            w.stop()
 
 
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
