@@ -1,4 +1,4 @@
-"""The Faust application of the worker: a ``route`` stage, a single-writer ``decide`` stage.
+"""The Faust application of the worker: tables, recovery, web endpoints, and the pipeline's start.
 
 ::
 
@@ -7,62 +7,49 @@
                                                                              |-> dedupe.dlq
                                              state: Faust tables (RocksDB) + changelog topics
 
-``route`` forwards each input record unchanged (a null value becomes an empty value with the
-header ``sd-deleted: 1``) with its origin (topic, partition, offset, timestamp) in headers.
-``decide`` takes batches, runs the engine and publishes. Per batch, in this order:
-
-1. ``engine.process`` (no I/O);
-2. send the events, the deduped-topic updates and the DLQ records, and **await every
-   acknowledgement**;
-3. only then ``engine.commit`` with the highest decided input offset of each input partition
-   and the last index offset (a journaled write, see :mod:`stream_dedupe.worker.store`);
-4. Faust acknowledges the batch offsets.
-
-A crash before 3 leaves the state as it was: the batch is redelivered and decided again to
-identical events (duplicates of events are identical). A crash after 3 but before 4 redelivers
-records whose decision is already in the state: they are dropped by their origin offset, as are
-records ``route`` forwarded twice (its input offsets are committed after the index records are
-acknowledged, so a restart may forward some again).
+Faust provides the tables (one per state namespace, one partition, changelogged to compacted
+topics) and their recovery, the web server (``/metrics``, ``/healthz``, ``/readyz``) and the
+consumer group that assigns the index partition to exactly one worker. Once the tables are
+recovered the engine is built (and warmed up), and the record pipeline
+(:mod:`stream_dedupe.worker.pipeline`) starts from the offsets stored in the state. Per batch:
+``engine.process``; publish events, deduped updates and DLQ records and await every
+acknowledgement; then commit the state (journaled, :mod:`stream_dedupe.worker.store`) with the
+decided offsets. A crash before the commit re-decides the batch to identical events; records
+whose decision is already in the state are dropped by their origin offset.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import contextlib
 import gc
 import logging
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, cast
 
 import faust
 import orjson
-from aiokafka.partitioner import DefaultPartitioner  # type: ignore[import-untyped]
 
 from stream_dedupe.core.engine import DedupeEngine, stored_params
-from stream_dedupe.core.events import DOCUMENT_EVENTS
-from stream_dedupe.core.records import Deletion, Invalid, Record, parse_document
+from stream_dedupe.core.records import parse_document
 from stream_dedupe.errors import StreamDedupeError
 from stream_dedupe.storage.base import NAMESPACES
 from stream_dedupe.worker.metrics import CONTENT_TYPE, WorkerMetrics, refresh_gauges
+from stream_dedupe.worker.pipeline import (
+    FETCH_MAX_WAIT_MS,
+    INDEX_OFFSET_KEY,
+    INPUT_OFFSET_PREFIX,
+    Runtime,
+    pause_index,
+    start_pipeline,
+    stop_pipeline,
+)
 from stream_dedupe.worker.produce import start_worker_producer
 from stream_dedupe.worker.settings import WorkerSettings
-from stream_dedupe.worker.store import FaustTableStore, send_batches
+from stream_dedupe.worker.store import FaustTableStore
 
 log = logging.getLogger("stream_dedupe.worker")
-_PARTITIONER = DefaultPartitioner()
-
-INDEX_OFFSET_KEY = b"worker:index-offset"
-INPUT_OFFSET_PREFIX = b"worker:input-offset:"
-
-
-#: Faust 0.15 hard-codes the consumer's fetch_max_wait_ms=1500. Route and decide share one
-#: consumer: a fetch parked on the (then empty) index partition delayed the next input fetch by up
-#: to 1.5 s, stalling the pipeline about once a second (1,250 vs 700 docs/s measured with 20 ms).
-FETCH_MAX_WAIT_MS = 20
 
 
 def _cap_fetch_wait(ms: int) -> None:
@@ -94,40 +81,6 @@ class _Synthetic:
 class _SyntheticMessage:
     topic: str
     partition: int = 0
-
-
-@dataclass
-class _Origin:
-    topic: str
-    partition: int
-    offset: int
-    timestamp: float | None
-    key: bytes | None
-    value: bytes | None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"topic": self.topic, "partition": self.partition, "offset": self.offset}
-
-
-@dataclass
-class Runtime:
-    """Mutable state of one worker process (one per :func:`create_app`)."""
-
-    settings: WorkerSettings
-    metrics: WorkerMetrics
-    store: FaustTableStore
-    engine: DedupeEngine | None = None
-    fatal: StreamDedupeError | None = None
-    index_offset: int = -1
-    decided: dict[tuple[str, int], int] = field(default_factory=dict)
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    producer: Any = None
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    consumers: list[Any] = field(default_factory=list)
-    route_consumer: Any = None
-    partitions: dict[str, list[int]] = field(default_factory=dict)
-    settling: asyncio.Future[None] | None = None
-    started_at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -180,15 +133,15 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
         """
         try:
             async for _ in stream:
-                _pause_index(app, rt)
+                pause_index(app, rt)
         finally:
-            await _stop_pipeline(rt)
+            await stop_pipeline(rt)
 
     async def build_engine_when_recovered() -> None:
         if rt.engine is None and rt.fatal is None and _recovered(app):
             await _ensure_engine(app, rt, _Synthetic(s.index_topic))
         if rt.engine is not None:
-            _pause_index(app, rt)
+            pause_index(app, rt)
 
     async def update_gauges() -> None:
         await refresh_gauges(app, rt)
@@ -254,7 +207,7 @@ async def _ensure_engine(app: faust.App, rt: Runtime, event: Any) -> None:
         _warm_up(engine)
         rt.engine = engine
         gc.freeze()  # start-up objects (Faust, the LSH index rebuilt from state) out of the GC's scans
-        _start_pipeline(app, rt)
+        start_pipeline(app, rt)
         rt.metrics.ready.set(1)
         docs = store.count("docs")
         rt.metrics.state_documents.set(docs)
@@ -296,275 +249,3 @@ def _exit_fatal(exc: StreamDedupeError) -> None:
     sys.stderr.flush()
     logging.shutdown()
     os._exit(2)
-
-
-def _pause_index(app: faust.App, rt: Runtime) -> None:
-    """Stop Faust's consumer fetching the index partition (the decide task reads it itself).
-
-    Faust resumes every assigned partition after a rebalance; the recovery timer pauses it again.
-    """
-    from faust.types import TP
-
-    tp = TP(rt.settings.index_topic, 0)
-    consumer = cast(Any, app.consumer)
-    if tp in consumer.assignment() and tp not in consumer._paused_partitions:
-        consumer.pause_partitions([tp])
-
-
-def _owns_index(app: faust.App, rt: Runtime) -> bool:
-    """True while Faust's consumer group assigns the index partition to this worker."""
-    from faust.types import TP
-
-    return TP(rt.settings.index_topic, 0) in app.consumer.assignment()
-
-
-def _new_consumer(s: WorkerSettings, name: str) -> Any:
-    from aiokafka import AIOKafkaConsumer  # type: ignore[import-untyped]
-
-    return AIOKafkaConsumer(
-        bootstrap_servers=s.bootstrap,
-        group_id=None,  # positions come from the state, never from committed offsets
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
-        max_partition_fetch_bytes=8 << 20,
-        fetch_max_bytes=32 << 20,
-        client_id=f"{s.app_id}-{name}",
-    )
-
-
-def _start_pipeline(app: faust.App, rt: Runtime) -> None:
-    """Start the route and decide tasks (once the engine is built and the positions are known)."""
-    for name, coro in (("route", _route_loop(rt)), ("decide", _decide_loop(app, rt))):
-        task = asyncio.ensure_future(coro)
-        task.add_done_callback(_task_done(name))
-        rt.tasks.append(task)
-
-
-def _task_done(name: str) -> Any:
-    def done(task: asyncio.Task[None]) -> None:
-        if task.cancelled():
-            return
-        exc = task.exception()
-        if exc is not None:
-            # Nothing is lost: both stages restart from the state's positions.
-            log.critical("the %s stage failed: %r; exiting", name, exc, exc_info=exc)
-            logging.shutdown()
-            os._exit(1)
-
-    return done
-
-
-async def _stop_pipeline(rt: Runtime) -> None:
-    """Cancel the stages (a batch cut short is not committed), stop their clients and the producer."""
-    for task in rt.tasks:
-        task.cancel()
-    for task in rt.tasks:
-        with contextlib.suppress(BaseException):
-            await task
-    rt.tasks.clear()
-    if rt.settling is not None:  # the last batch's changelog (else its journal is replayed at start)
-        with contextlib.suppress(BaseException):
-            await asyncio.wait_for(rt.settling, 10)
-        rt.settling = None
-    for client in (*rt.consumers, rt.producer):
-        if client is not None:
-            with contextlib.suppress(Exception):
-                await client.stop()
-    rt.consumers.clear()
-
-
-async def _route_loop(rt: Runtime) -> None:
-    """Forward every input partition to the index topic, from after the last decided offsets.
-
-    A plain consumer (no group, no commits): a restart re-reads each input partition after its
-    last decided offset, as recorded in the state; records forwarded twice are dropped by decide.
-    Sends go as whole producer batches; the acks of batch k are awaited after batch k+1 is sent.
-    """
-    from aiokafka import TopicPartition
-
-    s, producer = rt.settings, rt.producer
-    consumer = _new_consumer(s, "route")
-    rt.consumers.append(consumer)
-    await consumer.start()
-    partitions = await producer.partitions_for(s.input_topic)  # waits for the topic's metadata
-    tps = [TopicPartition(s.input_topic, p) for p in sorted(partitions)]
-    consumer.assign(tps)
-    for tp in tps:
-        target = rt.decided.get((tp.topic, tp.partition), -1) + 1
-        consumer.seek(tp, target)
-        log.info("%s[%d]: routing from offset %d (first undecided record)", tp.topic, tp.partition, target)
-    rt.route_consumer = consumer
-    in_flight: list[tuple[Any, int]] = []
-    while True:
-        fetched = await consumer.getmany(timeout_ms=1000, max_records=4 * s.batch_size)
-        records: list[tuple[bytes | None, bytes | None]] = []
-        headers = []
-        now_ms = int(time.time() * 1000)
-        for tp, messages in fetched.items():
-            topic, partition = tp.topic.encode(), b"%d" % tp.partition
-            for m in messages:
-                ts = m.timestamp if m.timestamp and m.timestamp > 0 else now_ms
-                h = [("sd-topic", topic), ("sd-partition", partition)]
-                h += [("sd-offset", b"%d" % m.offset), ("sd-ts", b"%d" % ts)]
-                value = m.value
-                if value is None:
-                    h.append(("sd-deleted", b"1"))
-                    value = b""
-                records.append((m.key, value))
-                headers.append(h)
-        if not records:
-            continue
-        sent = await send_batches(producer, s.index_topic, 0, records, headers)
-        for future, _ in in_flight:
-            await future
-        in_flight = sent
-
-
-async def _decide_loop(app: faust.App, rt: Runtime) -> None:
-    """Read the index partition after the last decided offset and decide batch after batch.
-
-    A batch is whatever arrived while the previous one was decided (at most ``batch_size``
-    records); when nothing is waiting, the fetch returns as soon as a record arrives.
-    """
-    from aiokafka import TopicPartition
-
-    s = rt.settings
-    consumer = _new_consumer(s, "decide")
-    rt.consumers.append(consumer)
-    await consumer.start()
-    tp = TopicPartition(s.index_topic, 0)
-    consumer.assign([tp])
-    consumer.seek(tp, rt.index_offset + 1)
-    log.info("%s[0]: reading from offset %d (first undecided record)", s.index_topic, rt.index_offset + 1)
-    recovery = cast(Any, app.tables).recovery
-    while True:
-        fetched = await consumer.getmany(tp, timeout_ms=int(1000 * s.batch_wait) or 1, max_records=s.batch_size)
-        messages = fetched.get(tp)
-        if not messages:
-            continue
-        while app.rebalancing or recovery.in_recovery or not _owns_index(app, rt):
-            # Faust may be re-reading the changelogs into the tables, or the group gave the index
-            # partition (the single writer's role) to another worker: decide nothing meanwhile.
-            await asyncio.sleep(0.05)
-        await _decide_batch(rt, messages)
-
-
-def _origin(m: Any) -> _Origin:
-    h = dict(m.headers or ())
-    if "sd-offset" in h:
-        ts = int(h["sd-ts"]) / 1000.0 if "sd-ts" in h else m.timestamp / 1000.0
-        return _Origin(h["sd-topic"].decode(), int(h["sd-partition"]), int(h["sd-offset"]), ts, m.key, m.value)
-    ts = m.timestamp / 1000.0 if m.timestamp and m.timestamp > 0 else None
-    return _Origin(m.topic, m.partition, m.offset, ts, m.key, m.value)  # not routed (written directly)
-
-
-def _record(m: Any, max_bytes: int) -> Record:
-    if any(k == "sd-deleted" for k, _ in (m.headers or ())):
-        if not m.key:
-            return Invalid("missing-id", "a tombstone (null value) needs the document id as its Kafka key")
-        try:
-            return Deletion(m.key.decode("utf-8"))
-        except UnicodeDecodeError:
-            return Invalid("invalid-utf8", "the Kafka key of a tombstone is not UTF-8: keys must be document ids")
-    return parse_document(m.value or b"", max_bytes)
-
-
-async def _partitions(rt: Runtime, topic: str) -> list[int]:
-    parts = rt.partitions.get(topic)
-    if parts is None:
-        parts = rt.partitions[topic] = sorted(await rt.producer.partitions_for(topic))
-    return parts
-
-
-async def _publish(rt: Runtime, outputs: list[tuple[str, bytes | None, bytes | None, Any]]) -> list[Any]:
-    """Send ``(topic, key, value, headers)`` records as whole producer batches, one per partition.
-
-    Partitions are chosen as ``producer.send`` does (aiokafka's default partitioner: murmur2 of
-    the key), so keys land where they always did; order is kept within each partition.
-    """
-    grouped: dict[tuple[str, int], tuple[list[tuple[bytes | None, bytes | None]], list[Any]]] = {}
-    for topic, key, value, headers in outputs:
-        parts = await _partitions(rt, topic)
-        partition = _PARTITIONER(key, parts, parts)
-        records, hs = grouped.setdefault((topic, partition), ([], []))
-        records.append((key, value))
-        hs.append(headers)
-    futures: list[Any] = []
-    for (topic, partition), (records, hs) in grouped.items():
-        futures.extend(f for f, _ in await send_batches(rt.producer, topic, partition, records, hs))
-    return futures
-
-
-async def _decide_batch(rt: Runtime, messages: list[Any]) -> None:
-    """Decide one batch: process, publish and await acks, then commit (see the module docstring)."""
-    s, engine, store, producer = rt.settings, rt.engine, rt.store, rt.producer
-    assert engine is not None and producer is not None
-    records: list[Record] = []
-    origins: list[_Origin] = []
-    new_offsets: dict[tuple[str, int], int] = {}
-    for m in messages:
-        if m.offset <= rt.index_offset:
-            continue
-        origin = _origin(m)
-        tp = (origin.topic, origin.partition)
-        if origin.offset <= max(rt.decided.get(tp, -1), new_offsets.get(tp, -1)):
-            continue  # decided before a restart (or forwarded twice by route)
-        new_offsets[tp] = origin.offset
-        records.append(_record(m, s.max_doc_bytes))
-        origins.append(origin)
-    last_index = messages[-1].offset
-    meta: dict[bytes, bytes | None] = {INDEX_OFFSET_KEY: b"%d" % last_index}
-    if records:
-        decided = engine.process(records, [o.as_dict() for o in origins])
-        updates = engine.canonical_updates(decided)
-        outputs: list[tuple[str, bytes | None, bytes | None, Any]] = []
-        i = -1
-        headers: list[tuple[str, bytes]] = []
-        dumps, doc_events = orjson.dumps, DOCUMENT_EVENTS
-        for event in decided:
-            if event["event"] in doc_events:
-                i += 1
-                origin = origins[i]
-                headers = [("sd-origin", f"{origin.topic}/{origin.partition}/{origin.offset}".encode())]
-            event_id = event.get("id")
-            key = event_id.encode() if event_id else origin.key
-            outputs.append((s.events_topic, key, dumps(event), headers))
-            if event["event"] == "invalid":
-                outputs.append((s.dlq_topic, origin.key, _dlq(event, origin), headers))
-        for doc_id, raw in updates:
-            outputs.append((s.deduped_topic, doc_id.encode(), raw, ()))
-        for future in await _publish(rt, outputs):
-            await future  # every output acknowledged before the state records the decision
-        now = time.time()
-        for origin in origins:
-            if origin.timestamp:
-                rt.metrics.latency.observe(max(now - origin.timestamp, 0.0))
-        rt.metrics.record_batch(decided, engine.counters, len(records))
-    for (topic, partition), offset in new_offsets.items():
-        meta[INPUT_OFFSET_PREFIX + f"{topic}:{partition}".encode()] = b"%d" % offset
-    if rt.settling is not None:
-        await asyncio.shield(rt.settling)  # previous batch's changelog acked (never cut short by a stop)
-        rt.settling = None
-    engine.commit(meta)
-    # The changelog acks are not on the events' critical path: the next batch is fetched,
-    # processed and published meanwhile, and awaits them before its own commit.
-    rt.settling = asyncio.ensure_future(store.settle(producer))
-    rt.index_offset = last_index
-    rt.decided.update(new_offsets)
-
-
-def _dlq(event: dict[str, Any], origin: _Origin) -> bytes:
-    """The DLQ record of an invalid input record: its original bytes, the reason and where it was."""
-    raw = origin.value or b""
-    return orjson.dumps(
-        {
-            "reason": event["reason"],
-            "detail": event["detail"],
-            "topic": origin.topic,
-            "partition": origin.partition,
-            "offset": origin.offset,
-            "key": origin.key.decode("utf-8", "replace") if origin.key else None,
-            "value_b64": base64.b64encode(raw).decode(),
-        }
-    )

@@ -130,7 +130,7 @@ async def refresh_gauges(app: Any, rt: Any) -> None:
 
     Args:
         app: The Faust app.
-        rt: The worker's :class:`~stream_dedupe.worker.app.Runtime`.
+        rt: The worker's :class:`~stream_dedupe.worker.pipeline.Runtime`.
 
     """
     from stream_dedupe.storage.state import StateView
