@@ -286,11 +286,6 @@ class DedupeEngine:
         if prior is not None:
             self.counters["replaced"] += 1
             events.extend(detach(state, self.uf, self.lsh, doc.doc_id, prior))
-        if prior is None:
-            # A document never seen before has no union-find records and no edges yet.
-            key = doc.doc_id.encode("utf-8")
-            for namespace in ("parent", "clusters", "edges"):
-                state.mark_absent(namespace, key)
         group = state.exact_group(item.content_hash)
         state.put_exact_group(item.content_hash, [*group, doc.doc_id])
         state.put_document_json(doc.doc_id, doc.raw)
@@ -315,6 +310,11 @@ class DedupeEngine:
             alone = ClusterInfo(1, doc.doc_id, CanonicalKey(doc.doc_id, item.length, doc.updated_at_us))
             events.insert(0, ev.document_event("new", doc.doc_id, alone))
             return events
+        if prior is None:
+            # A document never seen before has no union-find records and no edges yet.
+            key = doc.doc_id.encode("utf-8")
+            for namespace in ("parent", "clusters", "edges"):
+                state.mark_absent(namespace, key)
         return [*self._join(doc.doc_id, matches), *events]
 
     def _delete(self, doc_id: str) -> list[ev.Event]:
