@@ -52,27 +52,16 @@ def _root(
     """Remove near-duplicate documents from a crawl."""
 
 
-def resolve_params(state: Path | None, overrides: dict[str, Any]) -> DedupeParams:
+def resolve_params(stored: DedupeParams | None, overrides: dict[str, Any]) -> DedupeParams:
     """Parameters for a run: explicit options, else those stored in the state, else the defaults.
 
     Options that shape the LSH layout (threshold, num_perm, lsh_margin) given without explicit
     bands/rows let the layout be chosen again; the engine then refuses a state built otherwise.
     """
-    from stream_dedupe.core.engine import stored_params
-
-    base = DedupeParams()
-    if state is not None and (state / "CURRENT").exists():
-        from stream_dedupe.storage.rocks import RocksStore
-
-        store = RocksStore(state)
-        try:
-            base = stored_params(store) or base
-        finally:
-            store.close()
     explicit = {k: v for k, v in overrides.items() if v is not None}
     if explicit.keys() & {"threshold", "num_perm", "lsh_margin"} and not explicit.keys() & {"bands", "rows"}:
         explicit.update(bands=0, rows=0)
-    return dataclasses.replace(base, **explicit)
+    return dataclasses.replace(stored or DedupeParams(), **explicit)
 
 
 def _normalization(strip: list[str] | None, header: list[str] | None, footer: list[str] | None) -> Any:
@@ -123,7 +112,7 @@ def dedupe(
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
 ) -> None:
     """Dedupe JSONL documents into a state directory; runs are incremental and resumable."""
-    from stream_dedupe.core.engine import DedupeEngine
+    from stream_dedupe.core.engine import DedupeEngine, stored_params
     from stream_dedupe.embedded import run
     from stream_dedupe.exports import iter_canonical_documents, summarize
     from stream_dedupe.inputs import check_inputs, total_bytes
@@ -133,28 +122,25 @@ def dedupe(
     check_inputs(inputs)
     if deletions:
         check_inputs(deletions)
-    params = resolve_params(
-        state,
-        {
-            "threshold": threshold,
-            "num_perm": num_perm,
-            "seed": seed,
-            "shingle": ShingleSpec.parse(shingle) if shingle else None,
-            "min_tokens": min_tokens,
-            "lsh_margin": lsh_margin,
-            "estimate_margin": estimate_margin,
-            "bands": bands,
-            "rows": rows,
-            "verify": verify,
-            "normalization": _normalization(strip_pattern, header_pattern, footer_pattern),
-            "boilerplate": boilerplate_config(learn_boilerplate, boilerplate_min_docs, boilerplate_min_tokens),
-        },
-    )
+    overrides = {
+        "threshold": threshold,
+        "num_perm": num_perm,
+        "seed": seed,
+        "shingle": ShingleSpec.parse(shingle) if shingle else None,
+        "min_tokens": min_tokens,
+        "lsh_margin": lsh_margin,
+        "estimate_margin": estimate_margin,
+        "bands": bands,
+        "rows": rows,
+        "verify": verify,
+        "normalization": _normalization(strip_pattern, header_pattern, footer_pattern),
+        "boilerplate": boilerplate_config(learn_boilerplate, boilerplate_min_docs, boilerplate_min_tokens),
+    }
     limits = RuntimeLimits(max_doc_bytes=max_doc_bytes, max_bucket_size=max_bucket_size, batch_size=batch_size)
     store = RocksStore(state)
     with ExitStack() as stack:
         stack.callback(store.close)
-        engine = DedupeEngine(params, store, limits)
+        engine = DedupeEngine(resolve_params(stored_params(store), overrides), store, limits)
         from stream_dedupe.embedded import resume_point
 
         resuming = resume_point(store, inputs, deletions or ()) is not None
