@@ -19,17 +19,3 @@ class StateMismatchError(StreamDedupeError):
 
 class StateError(StreamDedupeError):
     """The state directory cannot be opened or is damaged."""
-
-
-class InvalidDocumentError(StreamDedupeError):
-    """An input record is not a valid document.
-
-    Attributes:
-        reason: A short machine-readable reason code (e.g. ``not-json``, ``missing-id``).
-
-    """
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail

@@ -26,7 +26,6 @@ class ProgressReporter:
     """
 
     def __init__(self, console: Console, total: int | None, enabled: bool = True) -> None:
-        self._enabled = enabled
         self._started = time.perf_counter()
         self._docs = 0
         self._progress = Progress(

@@ -57,3 +57,10 @@ def test_all_event_kinds_validate(validator: jsonschema.Draft202012Validator) ->
 def test_schema_rejects_a_malformed_event(validator: jsonschema.Draft202012Validator) -> None:
     with pytest.raises(jsonschema.ValidationError):
         validator.validate({"event": "duplicate-of", "id": "a", "seq": 1})
+
+
+def test_schema_lists_every_invalid_reason() -> None:
+    from stream_dedupe.core.records import INVALID_REASONS
+
+    schema = json.loads(resources.files("stream_dedupe").joinpath("schema/events.schema.json").read_text())
+    assert schema["$defs"]["invalid"]["properties"]["reason"]["enum"] == list(INVALID_REASONS)

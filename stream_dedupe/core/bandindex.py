@@ -130,10 +130,6 @@ class BandIndex:
         """Slots per band."""
         return int(self._keys.shape[1])
 
-    def memory_bytes(self) -> int:
-        """Bytes held by the tables."""
-        return int(self._keys.nbytes + self._vals.nbytes)
-
     def hashes(self, signatures: np.ndarray) -> np.ndarray:
         """``(n, bands)`` uint64 band hashes of signatures (computed once per document)."""
         return band_hashes(signatures, self.bands, self.rows)

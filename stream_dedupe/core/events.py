@@ -10,8 +10,6 @@ Event = dict[str, Any]
 
 #: Events of which exactly one is emitted per input record.
 DOCUMENT_EVENTS = ("new", "duplicate-of", "unchanged", "deleted", "invalid")
-#: Events that describe cluster changes caused by a document.
-CLUSTER_EVENTS = ("canonical-changed", "clusters-merged", "cluster-split")
 
 
 def document_event(

@@ -30,11 +30,6 @@ def shingle_hash(shingle: bytes) -> int:
     return int(mmh3.hash(shingle, SHINGLE_HASH_SEED, signed=False))
 
 
-def token_count(normalized: str) -> int:
-    """Number of word tokens of a normalized text."""
-    return normalized.count(" ") + 1 if normalized else 0
-
-
 def shingles(normalized: str, spec: ShingleSpec) -> list[bytes]:
     """Cut a normalized text into shingles (with repeats, in order).
 

@@ -7,7 +7,7 @@ storage engine; it works the same over the in-memory and the RocksDB adapters.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -228,9 +228,3 @@ class StateView:
         if record is None:
             raise KeyError(f"document {doc_id!r} is not in the state")
         return CanonicalKey(doc_id, record.length, record.updated_at_us)
-
-    # -- scans (committed state only) -------------------------------------------------------
-    def doc_ids(self) -> Iterator[str]:
-        """Every known document id, in byte order of the id."""
-        for key, _ in self.store.items("docs"):
-            yield key.decode("utf-8")
