@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import mmh3
 import numpy as np
 
 from stream_dedupe.config import DedupeParams, RuntimeLimits
@@ -21,10 +20,8 @@ from stream_dedupe.core.bandindex import LshIndex
 from stream_dedupe.core.boilerplate import BoilerplateLearner
 from stream_dedupe.core.canonical import CanonicalKey
 from stream_dedupe.core.detach import detach
-from stream_dedupe.core.kernels import text_stats
-from stream_dedupe.core.minhash import MinHasher
-from stream_dedupe.core.normalize import Normalizer
 from stream_dedupe.core.records import Deletion, Document, Invalid, Record
+from stream_dedupe.core.signer import Signed, Signer
 from stream_dedupe.core.unionfind import ClusterInfo, UnionFind
 from stream_dedupe.core.verify import estimated_jaccard, exact_jaccard
 from stream_dedupe.errors import StateMismatchError
@@ -65,8 +62,7 @@ class DedupeEngine:
         self.store = store
         self.state = StateView(store)
         self.uf = UnionFind(self.state)
-        self.normalizer = Normalizer(self.params.normalization)
-        self.hasher = MinHasher(self.params.num_perm, self.params.seed, self.params.shingle)
+        self.signer = Signer(self.params)
         self.counters: Counter[str] = Counter()
         self._check_params()
         self.boilerplate = (
@@ -122,7 +118,10 @@ class DedupeEngine:
 
     # -- public API -------------------------------------------------------------------------
     def process(
-        self, records: Sequence[Record], origins: Sequence[dict[str, Any] | None] | None = None
+        self,
+        records: Sequence[Record],
+        origins: Sequence[dict[str, Any] | None] | None = None,
+        signed: Sequence[Signed | None] | None = None,
     ) -> list[ev.Event]:
         """Decide a batch of records; return their events in order, with ``seq`` numbers.
 
@@ -133,9 +132,17 @@ class DedupeEngine:
         Args:
             records: Parsed input records.
             origins: Per record, where it came from (merged into ``invalid`` events).
+            signed: Per record, its :class:`~stream_dedupe.core.signer.Signed` record when it was
+                signed elsewhere with this engine's parameters (the worker's sign stage), else None.
+                Ignored when the parameters learn boilerplate (signing then depends on the state).
 
         """
-        prepared = self._prepare([r for r in records if isinstance(r, Document)])
+        docs, presigned = [], []
+        for i, record in enumerate(records):
+            if isinstance(record, Document):
+                docs.append(record)
+                presigned.append(signed[i] if signed is not None and self.signer.stateless else None)
+        prepared = self._prepare(docs, presigned)
         out: list[ev.Event] = []
         it = iter(prepared)
         for i, record in enumerate(records):
@@ -195,23 +202,29 @@ class DedupeEngine:
 
     def normalize(self, text: str) -> str:
         """The engine's normalized form of a text."""
-        return self.normalizer.normalize(text)
+        return self.signer.normalizer.normalize(text)
 
     # -- steps ------------------------------------------------------------------------------
-    def _prepare(self, docs: list[Document]) -> list[_Prepared]:
-        texts = [d.text for d in docs]
-        if self.boilerplate is not None:
-            texts = self._strip_boilerplate(docs)
-        buf, offsets = self.normalizer.normalize_batch(texts)
-        data = buf.tobytes()
-        chars, tokens = text_stats(buf, offsets)
-        bounds = offsets.tolist()
-        prepared = [
-            _Prepared(doc, mmh3.hash_bytes(data[bounds[i] : bounds[i + 1]]), int(chars[i]), int(tokens[i]))
-            for i, doc in enumerate(docs)
-        ]
-        if docs:
-            self._sign(prepared, buf, offsets)
+    def _prepare(self, docs: list[Document], presigned: list[Signed | None]) -> list[_Prepared]:
+        todo = [i for i, s in enumerate(presigned) if s is None]
+        signed = list(presigned)
+        if todo:
+            texts = [docs[i].text for i in todo]
+            if self.boilerplate is not None:
+                texts = self._strip_boilerplate([docs[i] for i in todo])
+            for i, fresh in zip(todo, self.signer.sign(texts), strict=True):
+                signed[i] = fresh
+        self.counters["presigned"] += len(docs) - len(todo)
+        prepared = []
+        for doc, record in zip(docs, signed, strict=True):
+            assert record is not None
+            prepared.append(_Prepared(doc, record.content_hash, record.length, record.tokens, record.signature))
+            prepared[-1].shingle_set = record.shingle_set
+        with_sig = [p for p in prepared if p.signature is not None]
+        if with_sig:
+            band_hashes = self.lsh.hashes(np.stack([p.signature for p in with_sig if p.signature is not None]))
+            for entry, row in zip(with_sig, band_hashes, strict=True):
+                entry.band_hashes = row
         self.state.prefetch("exact", [p.content_hash for p in prepared])
         self._prefetch_neighbours(prepared)
         return prepared
@@ -259,20 +272,6 @@ class DedupeEngine:
             texts.append(learner.strip_and_count(doc.text, doc.source, count=first_time))
         self.counters["boilerplate_lines_stripped"] += learner.stripped_lines - before
         return texts
-
-    def _sign(self, prepared: list[_Prepared], buf: np.ndarray, offsets: np.ndarray) -> None:
-        """MinHash and band keys for every document long enough for near-duplicate matching."""
-        hashes, bounds = self.hasher.shingle_hashes_packed(buf, offsets)
-        signatures = self.hasher.signatures_from_hashes(hashes, bounds)
-        all_hashes = self.lsh.hashes(signatures)
-        min_tokens = max(self.params.min_tokens, 1)
-        for row, item in enumerate(prepared):
-            if item.tokens < min_tokens:
-                continue
-            item.signature = signatures[row]
-            item.band_hashes = all_hashes[row]
-            if self.params.verify == "exact":
-                item.shingle_set = np.unique(hashes[bounds[row] : bounds[row + 1]])
 
     def _decide(self, item: _Prepared) -> list[ev.Event]:
         doc = item.doc

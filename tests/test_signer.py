@@ -1,0 +1,92 @@
+"""The sign stage's records: codec, fingerprint, and an engine fed signatures made elsewhere."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from stream_dedupe.config import BoilerplateConfig, DedupeParams
+from stream_dedupe.core.engine import DedupeEngine
+from stream_dedupe.core.records import Document
+from stream_dedupe.core.signer import Signer, decode_signed, encode_signed, params_fingerprint
+from stream_dedupe.exports import iter_clusters
+from stream_dedupe.storage.memory import MemoryStore
+
+from .helpers import corpus, doc, edit, text
+
+
+def documents(seed: int = 3) -> list[Document]:
+    rng = random.Random(seed)
+    items = corpus(seed, families=25, copies=3)
+    items += [("short-1", "too short to sign"), ("short-2", "too short to sign")]
+    base = text(rng)
+    items += [("exact-a", base), ("exact-b", base.upper()), ("near", edit(rng, base, 2))]
+    out = [doc(d, t) for d, t in items]
+    assert all(isinstance(d, Document) for d in out)
+    return out  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("verify", ["estimate", "exact"])
+def test_codec_round_trip(verify: str) -> None:
+    signer = Signer(DedupeParams(verify=verify))
+    docs = documents()
+    for record in signer.sign([d.text for d in docs]):
+        fingerprint, back = decode_signed(signer.encode(record))
+        assert fingerprint == signer.fingerprint
+        assert back.same_as(record)
+        assert (back.shingle_set is not None) == (verify == "exact" and record.signature is not None)
+    short = signer.sign(["too short to sign"])[0]
+    assert short.signature is None and decode_signed(signer.encode(short))[1].signature is None
+
+
+def test_decode_refuses_other_parameters_and_corrupt_bytes() -> None:
+    mine, other = Signer(DedupeParams()), Signer(DedupeParams(num_perm=64))
+    assert params_fingerprint(DedupeParams()) != params_fingerprint(DedupeParams(num_perm=64))
+    assert params_fingerprint(DedupeParams()) != params_fingerprint(DedupeParams(verify="exact"))
+    blob = other.encode(other.sign([text(random.Random(1))])[0])
+    assert mine.decode(blob) is None  # signed with 64 permutations: the engine signs it itself
+    assert mine.decode(b"\x01garbage") is None
+    good = mine.encode(mine.sign([text(random.Random(1))])[0])
+    assert mine.decode(good) is not None
+    with pytest.raises(ValueError, match="version"):
+        decode_signed(b"\x09" + good[1:])
+    with pytest.raises(ValueError, match="length"):
+        decode_signed(good[:-4])
+    # Signatures travel as explicit little-endian uint32, whatever the host's byte order.
+    record = mine.sign([text(random.Random(2))])[0]
+    assert record.signature is not None
+    tail = encode_signed(record, b"x" * 8)[-4 * len(record.signature) :]
+    assert np.frombuffer(tail, dtype="<u4").tolist() == record.signature.tolist()
+
+
+@pytest.mark.parametrize("verify", ["estimate", "exact"])
+def test_engine_with_signatures_from_another_signer_decides_identically(verify: str) -> None:
+    params = DedupeParams(verify=verify)
+    docs = documents()
+    local = DedupeEngine(params, MemoryStore())
+    remote = DedupeEngine(params, MemoryStore())
+    sign_stage = Signer(params)  # another process, in the worker: records cross Kafka as bytes
+    events_local, events_remote = [], []
+    for i in range(0, len(docs), 16):
+        batch = docs[i : i + 16]
+        events_local += local.process(batch)
+        local.commit()
+        wire = [sign_stage.encode(s) for s in sign_stage.sign([d.text for d in batch])]
+        events_remote += remote.process(batch, signed=[remote.signer.decode(b) for b in wire])
+        remote.commit()
+    assert events_remote == events_local
+    assert sum(e["event"] == "duplicate-of" for e in events_local) >= 50
+    assert list(iter_clusters(remote.store)) == list(iter_clusters(local.store))
+    assert remote.counters["presigned"] == len(docs) and local.counters["presigned"] == 0
+
+
+def test_engine_signs_itself_when_boilerplate_learning_makes_signing_stateful() -> None:
+    params = DedupeParams(boilerplate=BoilerplateConfig(True, 2))
+    engine = DedupeEngine(params, MemoryStore())
+    assert not engine.signer.stateless
+    docs = documents()[:6]
+    stale = Signer(DedupeParams()).sign([d.text for d in docs])
+    engine.process(docs, signed=stale)
+    assert engine.counters["presigned"] == 0
