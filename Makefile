@@ -20,15 +20,17 @@ demo: $(STAMP)
 	$(BIN)/stream-dedupe clusters --state demo-out/state -o demo-out/clusters.jsonl
 	@echo "wrote demo-out/events.jsonl, demo-out/deduped.jsonl, demo-out/clusters.jsonl"
 
-## tools: system packages the tests drive for real (Debian): headless Chromium, promtool
+## tools: what the tests drive for real (Debian packages: headless Chromium, Prometheus, openssl; helm built with Go)
 tools:
 	@missing=""; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	command -v openssl >/dev/null 2>&1 || missing="$$missing openssl"; \
 	if [ -n "$$missing" ]; then \
 	    echo "installing:$$missing"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
+	@bash tools/helm/install.sh >/dev/null  # helm, built once with Go into ~/.cache/stream-dedupe/helm
 
 ## test: lint, type-check and run the whole test suite
 test: $(STAMP) tools lint

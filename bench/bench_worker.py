@@ -27,8 +27,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -81,14 +84,17 @@ def free_port() -> int:
 
 
 class Worker:
-    def __init__(self, bootstrap: str, prefix: str, tmp: Path, extra: list[str]) -> None:
+    """A worker process of app ``prefix``; ``name`` tells apart several workers of one app."""
+
+    def __init__(self, bootstrap: str, prefix: str, tmp: Path, extra: list[str], name: str = "") -> None:
         self.port = free_port()
         self.prefix = prefix
-        self.log = tmp / f"{prefix}.log"
+        self.name = name or prefix
+        self.log = tmp / f"{self.name}.log"
         args = [
             *("worker", "--broker", bootstrap, "--app-id", f"{prefix}-app", "--input-topic", f"{prefix}.in"),
             *("--events-topic", f"{prefix}.events", "--deduped-topic", f"{prefix}.deduped"),
-            *("--dlq-topic", f"{prefix}.dlq", "--state-dir", str(tmp / f"{prefix}-state")),
+            *("--dlq-topic", f"{prefix}.dlq", "--state-dir", str(tmp / f"{self.name}-state")),
             *("--web-port", str(self.port), "--input-partitions", "4", "--log-level", "warning", *extra),
         ]
         with open(self.log, "wb") as out:
@@ -107,6 +113,18 @@ class Worker:
                 pass
             time.sleep(0.1)
         raise SystemExit("worker not ready after 120 s")
+
+    def readyz(self) -> dict[str, Any]:
+        """The /readyz body (``ready``, ``role``...), whatever the status code."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=1) as r:
+                return dict(orjson.loads(r.read()))
+        except urllib.error.HTTPError as exc:
+            return dict(orjson.loads(exc.read()))
+
+    def kill9(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
 
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
@@ -203,6 +221,28 @@ def histogram_p99(metrics: str) -> float | None:
     return None
 
 
+@contextmanager
+def broker(bootstrap: str | None, port: int = 19392) -> Iterator[str]:
+    """``bootstrap`` if given, else a broker of tools/kafka/kafka.sh on ``port`` (stopped at exit)."""
+    if bootstrap is not None:
+        yield bootstrap
+        return
+    env = {
+        **os.environ,
+        "KAFKA_PORT": str(port),
+        "KAFKA_CONTROLLER_PORT": str(port + 1),
+        "KAFKA_RUN_DIR": f"/tmp/stream-dedupe-kafka-bench-{port}",
+    }
+    kafka_sh = ["bash", str(REPO / "tools" / "kafka" / "kafka.sh")]
+    started = subprocess.run([*kafka_sh, "start"], env=env, capture_output=True, text=True, check=False)
+    if started.returncode != 0:
+        raise SystemExit(started.stderr)
+    try:
+        yield started.stdout.strip()
+    finally:
+        subprocess.run([*kafka_sh, "stop"], env=env, capture_output=True, check=False)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=20000)
@@ -211,44 +251,27 @@ def main() -> None:
     parser.add_argument("--bootstrap", default=None, help="use this broker instead of starting one")
     parser.add_argument("--batch-wait", default="0.05")
     args = parser.parse_args()
-    env = {
-        **os.environ,
-        "KAFKA_PORT": "19392",
-        "KAFKA_CONTROLLER_PORT": "19393",
-        "KAFKA_RUN_DIR": "/tmp/stream-dedupe-kafka-bench",
-    }
-    kafka_sh = ["bash", str(REPO / "tools" / "kafka" / "kafka.sh")]
-    bootstrap = args.bootstrap
-    if bootstrap is None:
-        started = subprocess.run([*kafka_sh, "start"], env=env, capture_output=True, text=True, check=False)
-        if started.returncode != 0:
-            raise SystemExit(started.stderr)
-        bootstrap = started.stdout.strip()
     result: dict[str, Any] = {"cpus": os.cpu_count(), "docs": args.docs}
-    try:
-        with tempfile.TemporaryDirectory() as d:
-            tmp = Path(d)
-            docs = synth_docs(args.docs, seed=1)
-            result["avg_doc_bytes"] = round(sum(map(len, docs)) / len(docs))
-            result["embedded"] = embedded(docs, tmp)
-            extra = ["--batch-wait", args.batch_wait]
-            w = Worker(bootstrap, f"bw{uuid.uuid4().hex[:6]}", tmp, extra)
-            result["worker_ready_s"] = round(w.wait_ready(), 2)
-            result["worker"] = asyncio.run(produce_and_consume(bootstrap, w.prefix, docs, None))
-            w.stop()
-            result["ratio_worker_vs_embedded"] = round(
-                result["worker"]["docs_per_s"] / result["embedded"]["docs_per_s"], 3
-            )
-            w = Worker(bootstrap, f"bl{uuid.uuid4().hex[:6]}", tmp, extra)
-            w.wait_ready()
-            paced = synth_docs(args.latency_docs, seed=2)
-            result["latency"] = asyncio.run(produce_and_consume(bootstrap, w.prefix, paced, args.rate))
-            result["latency"]["rate"] = args.rate
-            result["latency"]["worker_histogram_p99_le_s"] = histogram_p99(w.metrics())
-            w.stop()
-    finally:
-        if args.bootstrap is None:
-            subprocess.run([*kafka_sh, "stop"], env=env, capture_output=True, check=False)
+    with broker(args.bootstrap) as bootstrap, tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        docs = synth_docs(args.docs, seed=1)
+        result["avg_doc_bytes"] = round(sum(map(len, docs)) / len(docs))
+        result["embedded"] = embedded(docs, tmp)
+        extra = ["--batch-wait", args.batch_wait]
+        w = Worker(bootstrap, f"bw{uuid.uuid4().hex[:6]}", tmp, extra)
+        result["worker_ready_s"] = round(w.wait_ready(), 2)
+        result["worker"] = asyncio.run(produce_and_consume(bootstrap, w.prefix, docs, None))
+        w.stop()
+        result["ratio_worker_vs_embedded"] = round(
+            result["worker"]["docs_per_s"] / result["embedded"]["docs_per_s"], 3
+        )
+        w = Worker(bootstrap, f"bl{uuid.uuid4().hex[:6]}", tmp, extra)
+        w.wait_ready()
+        paced = synth_docs(args.latency_docs, seed=2)
+        result["latency"] = asyncio.run(produce_and_consume(bootstrap, w.prefix, paced, args.rate))
+        result["latency"]["rate"] = args.rate
+        result["latency"]["worker_histogram_p99_le_s"] = histogram_p99(w.metrics())
+        w.stop()
     text = json.dumps(result, indent=2)
     print(text)
     out = REPO / "bench" / "out"

@@ -2,16 +2,18 @@
 
 ::
 
-    crawl.documents (N partitions) --route--> <app>-index (1 partition) --decide--> dedupe.events
+    crawl.documents (N partitions) --sign (every worker)--> <app>-index (1 partition) --decide--> dedupe.events
                                                                              |-> crawl.documents.deduped
                                                                              |-> dedupe.dlq
                                              state: Faust tables (RocksDB) + changelog topics
 
-Faust provides the tables (one per state namespace, one partition, changelogged to compacted
-topics) and their recovery, the web server (``/metrics``, ``/healthz``, ``/readyz``) and the
-consumer group that assigns the index partition to exactly one worker. Once the tables are
-recovered the engine is built (and warmed up), and the record pipeline
-(:mod:`stream_dedupe.worker.pipeline`) starts from the offsets stored in the state. Per batch:
+Every worker runs the sign stage (:mod:`stream_dedupe.worker.sign`) over its share of the input
+partitions. Faust provides the tables (one per state namespace, one partition, changelogged to
+compacted topics), their recovery and standby replicas, the web server (``/metrics``,
+``/healthz``, ``/readyz``) and the consumer group that assigns the index partition to exactly one
+worker: that worker, once the tables are recovered, builds the engine (and warms it up) and runs
+the decide stage (:mod:`stream_dedupe.worker.pipeline`) from the offsets stored in the state. A
+worker that loses the index partition in a rebalance drops its engine and keeps signing. Per batch:
 ``engine.process``; publish events, deduped updates and DLQ records and await every
 acknowledgement; then commit the state (journaled, :mod:`stream_dedupe.worker.store`) with the
 decided offsets. A crash before the commit re-decides the batch to identical events; records
@@ -33,6 +35,7 @@ import orjson
 
 from stream_dedupe.core.engine import DedupeEngine, stored_params
 from stream_dedupe.core.records import parse_document
+from stream_dedupe.core.signer import Signer
 from stream_dedupe.errors import StreamDedupeError
 from stream_dedupe.storage.base import NAMESPACES
 from stream_dedupe.worker.metrics import CONTENT_TYPE, WorkerMetrics, refresh_gauges
@@ -41,12 +44,18 @@ from stream_dedupe.worker.pipeline import (
     INDEX_OFFSET_KEY,
     INPUT_OFFSET_PREFIX,
     Runtime,
+    close_gate,
+    owns_index,
     pause_index,
     start_pipeline,
+    start_sign_stage,
+    stop_decide,
     stop_pipeline,
+    stop_sign_stage,
 )
 from stream_dedupe.worker.produce import start_worker_producer
 from stream_dedupe.worker.settings import WorkerSettings
+from stream_dedupe.worker.sign import SignStage
 from stream_dedupe.worker.store import FaustTableStore
 
 log = logging.getLogger("stream_dedupe.worker")
@@ -97,14 +106,16 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
     _cap_fetch_wait(FETCH_MAX_WAIT_MS)
     app = faust.App(
         s.app_id,
-        broker=s.faust_broker,
+        broker=s.faust_broker, broker_credentials=s.faust_credentials(),
         datadir=str(s.state_dir),
         store="rocksdb://",
         autodiscover=False,
         topic_partitions=1,
         topic_replication_factor=1,
-        table_standby_replicas=0,
-        processing_guarantee=s.processing_guarantee,
+        table_standby_replicas=s.standby_replicas,
+        # Faust's own transactions stay off: with exactly_once the decide stage publishes in
+        # transactions of its own (stream_dedupe.worker.pipeline); the tables are written as before.
+        processing_guarantee="at_least_once",
         consumer_auto_offset_reset="earliest",
         web_enabled=True,
         web_port=s.web_port,
@@ -136,17 +147,42 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
                 pause_index(app, rt)
         finally:
             await stop_pipeline(rt)
+            await stop_sign_stage(rt)
 
-    async def build_engine_when_recovered() -> None:
-        if rt.engine is None and rt.fatal is None and _recovered(app):
-            await _ensure_engine(app, rt, _Synthetic(s.index_topic))
-        if rt.engine is not None:
-            pause_index(app, rt)
+    async def on_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
+        # Before Faust may give the index partition to another worker: no batch in progress,
+        # the last batch's changelog acknowledged.
+        await close_gate(rt)
+
+    async def on_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
+        rt.assigned = True
+        if rt.engine is not None and not owns_index(app, rt):
+            log.warning("the index partition moved to another worker: this worker now only signs")
+            await stop_decide(rt)
+            rt.metrics.decider.set(0)
+
+    cast(Any, app.on_partitions_revoked).connect(on_revoked)
+    cast(Any, app.on_partitions_assigned).connect(on_assigned)
+
+    async def steer() -> None:
+        """Start the sign stage; build the engine and open the decide gate when this worker may decide."""
+        if rt.fatal is not None:
+            return
+        if rt.sign_task is None:
+            producer = await start_worker_producer(s, "sign")
+            start_sign_stage(rt, SignStage(s, producer, rt.metrics, Signer(s.params(None))))
+        if rt.assigned and _settled(app) and owns_index(app, rt):
+            if rt.engine is None:
+                await _ensure_engine(app, rt, _Synthetic(s.index_topic))
+            if rt.engine is not None:
+                pause_index(app, rt)
+                rt.gate.set()
+        rt.metrics.ready.set(int(_ready(app, rt)))
 
     async def update_gauges() -> None:
         await refresh_gauges(app, rt)
 
-    app.timer(0.2)(build_engine_when_recovered)
+    app.timer(0.2)(steer)
     app.timer(5.0)(update_gauges)
 
     @app.page("/metrics")
@@ -159,8 +195,9 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
 
     @app.page("/readyz")
     async def readyz(web: Any, request: Any) -> Any:
-        ready = rt.engine is not None and rt.fatal is None
-        body = {"ready": ready, "recovered": _recovered(app), "engine": rt.engine is not None}
+        ready = _ready(app, rt)
+        role = "decide" if owns_index(app, rt) else "sign"
+        body = {"ready": ready, "role": role, "recovered": _recovered(app), "engine": rt.engine is not None}
         return web.json(body, status=200 if ready else 503)
 
     return WorkerApp(app, rt)
@@ -176,6 +213,18 @@ def _raw_topic(app: faust.App, name: str, partitions: int) -> Any:
 def _recovered(app: faust.App) -> bool:
     """True once Faust recovered the tables from their changelogs."""
     return bool(cast(Any, app.tables).recovery.completed.is_set())
+
+
+def _ready(app: faust.App, rt: Runtime) -> bool:
+    """Ready: signing, no rebalance or recovery in progress, and the engine built if this worker decides."""
+    signing = rt.sign is not None and rt.sign.joined and rt.assigned
+    return rt.fatal is None and signing and _settled(app) and (rt.engine is not None or not owns_index(app, rt))
+
+
+def _settled(app: faust.App) -> bool:
+    """True when no rebalance or table recovery is in progress (and one recovery has completed)."""
+    recovery = cast(Any, app.tables).recovery
+    return _recovered(app) and not app.rebalancing and not recovery.in_recovery
 
 
 async def _ensure_engine(app: faust.App, rt: Runtime, event: Any) -> None:
@@ -196,7 +245,12 @@ async def _ensure_engine(app: faust.App, rt: Runtime, event: Any) -> None:
             _exit_fatal(exc)
             return
         if rt.producer is None:
-            rt.producer = await start_worker_producer(rt.settings)
+            rt.producer = await start_worker_producer(rt.settings, "decide")
+        if rt.settings.exactly_once:
+            # Starting the transactional producer fences any previous decider and resolves its
+            # open transaction; then the group offset says which records are published already.
+            rt.txn_producer = await start_worker_producer(rt.settings, "decide", transactional=True)
+            rt.replay_until = await published_until(rt.settings)
         await store.settle(rt.producer)
         for key, value in store.items("meta"):
             if key == INDEX_OFFSET_KEY:
@@ -208,15 +262,35 @@ async def _ensure_engine(app: faust.App, rt: Runtime, event: Any) -> None:
         rt.engine = engine
         gc.freeze()  # start-up objects (Faust, the LSH index rebuilt from state) out of the GC's scans
         start_pipeline(app, rt)
-        rt.metrics.ready.set(1)
+        rt.metrics.decider.set(1)
         docs = store.count("docs")
         rt.metrics.state_documents.set(docs)
         log.warning(
-            "engine ready: %d documents in state, params %s, ready after %.1fs",
+            "engine ready: %d documents in state, params %s, %s, ready after %.1fs",
             docs,
             engine.params.to_state(),
+            rt.settings.processing_guarantee,
             time.monotonic() - rt.started_at,
         )
+
+
+async def published_until(settings: WorkerSettings) -> int:
+    """exactly_once: the decide group's committed offset on the index topic (-1 if none)."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-untyped]
+
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.bootstrap,
+        group_id=settings.decide_group,
+        enable_auto_commit=False,
+        client_id=f"{settings.app_id}-decide-offsets",
+        **settings.kafka_security(),
+    )
+    await consumer.start()
+    try:
+        committed = await consumer.committed(TopicPartition(settings.index_topic, 0))
+    finally:
+        await consumer.stop()
+    return -1 if committed is None else int(committed)
 
 
 def _warm_up(engine: DedupeEngine) -> None:

@@ -28,6 +28,23 @@ def _opt(name: str, text: str) -> Any:
     return typer.Option(help=escape(f"{text} [env: {env_var(name)}]"), show_default=False)
 
 
+# Kafka security flags, shared by `worker` and `produce` (docs/worker.md, "Kafka security").
+SecurityProtocol = Annotated[
+    str | None, _opt("security_protocol", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL [default: PLAINTEXT].")
+]
+SaslMechanism = Annotated[
+    str | None, _opt("sasl_mechanism", "SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN [default: SCRAM-SHA-512].")
+]
+SaslUsername = Annotated[str | None, _opt("sasl_username", "SASL user.")]
+SaslPassword = Annotated[str | None, _opt("sasl_password", "SASL password (prefer --sasl-password-file).")]
+SaslPasswordFile = Annotated[
+    Path | None, _opt("sasl_password_file", "File holding the SASL password (mounted secret); wins over the password.")
+]
+SslCafile = Annotated[Path | None, _opt("ssl_cafile", "PEM CA bundle for the broker certificate [default: system].")]
+SslCertfile = Annotated[Path | None, _opt("ssl_certfile", "PEM client certificate (mutual TLS).")]
+SslKeyfile = Annotated[Path | None, _opt("ssl_keyfile", "PEM private key of the client certificate.")]
+
+
 def worker(
     broker: Annotated[str | None, _opt("broker", "Kafka bootstrap host:port [default: 127.0.0.1:9092].")] = None,
     app_id: Annotated[str | None, _opt("app_id", "App id = consumer group; names internal topics.")] = None,
@@ -61,7 +78,10 @@ def worker(
     ] = None,
     max_bucket_size: Annotated[int | None, _opt("max_bucket_size", "LSH bucket cap [default: 500].")] = None,
     processing_guarantee: Annotated[
-        str | None, _opt("processing_guarantee", "Only at_least_once [default: at_least_once].")
+        str | None, _opt("processing_guarantee", "at_least_once or exactly_once [default: at_least_once].")
+    ] = None,
+    standby_replicas: Annotated[
+        int | None, _opt("standby_replicas", "Standby copies of the state on other workers [default: 0].")
     ] = None,
     session_timeout: Annotated[float | None, _opt("session_timeout", "Broker session timeout, s [default: 6].")] = None,
     heartbeat_interval: Annotated[float | None, _opt("heartbeat_interval", "Heartbeat, s [default: 1].")] = None,
@@ -69,6 +89,14 @@ def worker(
         float | None, _opt("shutdown_timeout", "SIGTERM: exit after at most this many s [default: 30].")
     ] = None,
     log_level: Annotated[str | None, _opt("log_level", "debug, info, warning, error [default: info].")] = None,
+    security_protocol: SecurityProtocol = None,
+    sasl_mechanism: SaslMechanism = None,
+    sasl_username: SaslUsername = None,
+    sasl_password: SaslPassword = None,
+    sasl_password_file: SaslPasswordFile = None,
+    ssl_cafile: SslCafile = None,
+    ssl_certfile: SslCertfile = None,
+    ssl_keyfile: SslKeyfile = None,
 ) -> None:
     """Run the Kafka worker: dedupe the input topic into events, a compacted canonical topic and a DLQ."""
     flags = {k: v for k, v in locals().items()}
@@ -87,6 +115,7 @@ def run_worker(settings: WorkerSettings) -> None:
     from faust.worker import Worker
 
     from stream_dedupe.worker.app import create_app
+    from stream_dedupe.worker.security import describe
     from stream_dedupe.worker.topics import prepare_worker_topics
 
     level = settings.log_level.upper()
@@ -96,7 +125,9 @@ def run_worker(settings: WorkerSettings) -> None:
     log = logging.getLogger("stream_dedupe.worker")
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    log.warning("checking topics on %s (waiting for the broker if it is down)", settings.bootstrap)
+    log.warning(
+        "checking topics on %s (%s; waiting for the broker if it is down)", settings.bootstrap, describe(settings)
+    )
     created = loop.run_until_complete(prepare_worker_topics(settings))
     if created:
         log.warning("created topics: %s", ", ".join(created))
@@ -161,20 +192,43 @@ def produce(
         int | None, _opt("input_partitions", "Partitions if the topic is created [default: 4].")
     ] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
+    security_protocol: SecurityProtocol = None,
+    sasl_mechanism: SaslMechanism = None,
+    sasl_username: SaslUsername = None,
+    sasl_password: SaslPassword = None,
+    sasl_password_file: SaslPasswordFile = None,
+    ssl_cafile: SslCafile = None,
+    ssl_certfile: SslCertfile = None,
+    ssl_keyfile: SslKeyfile = None,
 ) -> None:
     """Load JSONL documents into the input topic (key = id, value = the line), waiting for every ack."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
     from stream_dedupe.inputs import check_inputs, total_bytes
     from stream_dedupe.worker.produce import produce as send_all
+    from stream_dedupe.worker.security import client_security
     from stream_dedupe.worker.topics import prepare_input_topic
 
     check_inputs(inputs)
-    settings = WorkerSettings.load(broker=broker, input_topic=topic, input_partitions=partitions)
+    settings = WorkerSettings.load(
+        broker=broker,
+        input_topic=topic,
+        input_partitions=partitions,
+        security_protocol=security_protocol,
+        sasl_mechanism=sasl_mechanism,
+        sasl_username=sasl_username,
+        sasl_password=sasl_password,
+        sasl_password_file=sasl_password_file,
+        ssl_cafile=ssl_cafile,
+        ssl_certfile=ssl_certfile,
+        ssl_keyfile=ssl_keyfile,
+    )
     total = total_bytes(inputs)
 
     async def main() -> Any:
-        created = await prepare_input_topic(settings.bootstrap, settings.input_topic, settings.input_partitions)
+        created = await prepare_input_topic(
+            settings.bootstrap, settings.input_topic, settings.input_partitions, settings=settings
+        )
         if created:
             err.print(f"created topic {settings.input_topic} ({settings.input_partitions} partitions)")
         columns = (TextColumn("[bold]produce"), BarColumn(), DownloadColumn(), TextColumn("{task.fields[n]} records"))
@@ -185,6 +239,7 @@ def produce(
                 settings.input_topic,
                 inputs,
                 lambda n, pos: bar.update(task, completed=pos, n=n),
+                security=client_security(settings),
             )
 
     result = asyncio.run(main())

@@ -15,3 +15,7 @@ class TopicLayoutError(StreamDedupeError):
 
 class BrokerUnavailableError(StreamDedupeError):
     """The Kafka broker could not be reached within the configured wait."""
+
+
+class BrokerAuthError(WorkerConfigError):
+    """The broker refused the client's credentials or TLS setup; retrying cannot help (the message names the fix)."""

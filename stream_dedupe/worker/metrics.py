@@ -73,7 +73,7 @@ class WorkerMetrics:
         )
         self.lag = Gauge(
             "stream_dedupe_consumer_lag",
-            "Input records not yet decided, per input partition (high watermark - next undecided offset).",
+            "Input records not yet signed and forwarded by this worker, per input partition it consumes.",
             ["topic", "partition"],
             registry=r,
         )
@@ -83,7 +83,23 @@ class WorkerMetrics:
             buckets=(1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500),
             registry=r,
         )
-        self.ready = Gauge("stream_dedupe_ready", "1 once tables are recovered and the engine is built.", registry=r)
+        self.forwarded = PromCounter(
+            "stream_dedupe_forwarded_records",
+            "Input records this worker's sign stage forwarded to the index topic (re-forwards included).",
+            registry=r,
+        )
+        self.signed_by = PromCounter(
+            "stream_dedupe_signed_documents",
+            "Documents by the stage that signed them: sign (any worker) or decide (the parameters differed).",
+            ["stage"],
+            registry=r,
+        )
+        self.ready = Gauge(
+            "stream_dedupe_ready", "1 while the worker is ready (signing; deciding if it owns the index).", registry=r
+        )
+        self.decider = Gauge(
+            "stream_dedupe_decider", "1 on the one worker that runs the decide stage (owns the index).", registry=r
+        )
         self._last: Counter[str] = Counter()
 
     def record_batch(self, events: Sequence[dict[str, Any]], counters: Counter[str], records: int) -> None:
@@ -96,7 +112,7 @@ class WorkerMetrics:
                 self.documents.labels("invalid").inc()
                 self.invalid.labels(str(event.get("reason"))).inc()
         delta = {k: counters[k] - self._last[k] for k in ("documents", "candidates", "rejected_candidates")}
-        for key in ("hot_bucket_skips", "boilerplate_lines_stripped"):
+        for key in ("hot_bucket_skips", "boilerplate_lines_stripped", "presigned"):
             delta[key] = counters[key] - self._last[key]
         self._last = Counter(counters)
         if delta["documents"]:
@@ -104,6 +120,8 @@ class WorkerMetrics:
         self.rejections.inc(max(delta["rejected_candidates"], 0))
         self.hot_buckets.inc(max(delta["hot_bucket_skips"], 0))
         self.boilerplate.inc(max(delta["boilerplate_lines_stripped"], 0))
+        self.signed_by.labels("sign").inc(max(delta["presigned"], 0))
+        self.signed_by.labels("decide").inc(max(delta["documents"] - delta["presigned"], 0))
         if counters["documents"]:
             self.duplicate_ratio.set(counters["duplicates"] / counters["documents"])
         self.batch_size.observe(records)
@@ -151,17 +169,14 @@ async def refresh_gauges(app: Any, rt: Any) -> None:
             if info is not None:
                 merged_away += info.size - 1
         m.clusters.set(docs - merged_away)
-    consumer = getattr(rt, "route_consumer", None)  # the route stage's own consumer
-    if consumer is None:
-        return
-    for tp in consumer.assignment():
-        if tp.topic != input_topic_name:
-            continue
-        try:
-            high = consumer.highwater(tp)
-        except Exception:
-            continue
-        if high is None:
-            continue
-        done = rt.decided.get((tp.topic, tp.partition), -1) + 1
-        m.lag.labels(tp.topic, str(tp.partition)).set(max(int(high) - done, 0))
+    sign = getattr(rt, "sign", None)  # this worker's sign stage: its input partitions
+    if sign is not None:
+        m.lag.clear()
+        for partition, lag in sign.lag().items():
+            m.lag.labels(input_topic_name, str(partition)).set(lag)
+    if engine is not None:  # the decider: records forwarded to the index but not decided yet
+        for consumer in list(rt.consumers):
+            for tp in consumer.assignment():
+                high = consumer.highwater(tp)
+                if high is not None:
+                    m.lag.labels(tp.topic, str(tp.partition)).set(max(int(high) - rt.index_offset - 1, 0))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +17,7 @@ import orjson
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 
 from stream_dedupe.inputs import read_lines
+from stream_dedupe.worker.security import client_security
 from stream_dedupe.worker.settings import WorkerSettings
 
 #: Called with (records sent so far, bytes of input consumed so far).
@@ -71,13 +72,26 @@ def iter_records(paths: Iterable[str], result: ProduceResult) -> Iterator[tuple[
 
 
 async def produce(
-    bootstrap: str, topic: str, paths: list[str], progress: ProgressHook | None = None, linger_ms: int = 5
+    bootstrap: str,
+    topic: str,
+    paths: list[str],
+    progress: ProgressHook | None = None,
+    linger_ms: int = 5,
+    security: Mapping[str, Any] | None = None,
 ) -> ProduceResult:
-    """Send every line of ``paths`` to ``topic`` and wait for all acknowledgements."""
+    """Send every line of ``paths`` to ``topic`` and wait for all acknowledgements.
+
+    ``security``: client security arguments (:func:`~stream_dedupe.worker.security.client_security`).
+    """
     result = ProduceResult()
     started = time.perf_counter()
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, acks="all", linger_ms=linger_ms, max_batch_size=1 << 20, max_request_size=8 << 20
+        bootstrap_servers=bootstrap,
+        acks="all",
+        linger_ms=linger_ms,
+        max_batch_size=1 << 20,
+        max_request_size=8 << 20,
+        **(security or {}),
     )
     await producer.start()
     try:
@@ -103,12 +117,18 @@ async def produce(
     return result
 
 
-async def start_worker_producer(settings: WorkerSettings) -> Any:
-    """The producer of the decide stage: events, deduped, DLQ and table changelogs (whole batches).
+async def start_worker_producer(settings: WorkerSettings, role: str = "decide", transactional: bool = False) -> Any:
+    """A started producer for one stage: ``decide`` (events, deduped, DLQ, table changelogs) or ``sign``.
 
     Acks from all in-sync replicas; a long request timeout so that a broker outage makes the
-    worker wait (and retry) rather than fail.
+    worker wait (and retry) rather than fail. ``transactional``: the decide stage's output
+    producer under ``exactly_once``, with the app's fixed transactional id, so that starting it
+    fences (and aborts the open transaction of) any previous decider.
     """
+    txn: dict[str, Any] = {}
+    if transactional:
+        txn = {"transactional_id": f"{settings.app_id}-decide", "enable_idempotence": True}
+        role = "decide-txn"
     producer = AIOKafkaProducer(
         bootstrap_servers=settings.bootstrap,
         acks="all",
@@ -116,7 +136,9 @@ async def start_worker_producer(settings: WorkerSettings) -> Any:
         max_batch_size=900_000,
         max_request_size=8 << 20,
         request_timeout_ms=1_200_000,
-        client_id=f"{settings.app_id}-decide",
+        client_id=f"{settings.app_id}-{role}",
+        **txn,
+        **client_security(settings),
     )
     await producer.start()
     return producer

@@ -16,9 +16,10 @@ from typing import Any
 
 from stream_dedupe.config import BoilerplateConfig, DedupeParams, RuntimeLimits, ShingleSpec
 from stream_dedupe.worker.errors import WorkerConfigError
+from stream_dedupe.worker.security import PATH_SETTINGS, check_security, client_security, faust_credentials
 
 ENV_PREFIX = "STREAM_DEDUPE_"
-GUARANTEES = ("at_least_once",)
+GUARANTEES = ("at_least_once", "exactly_once")
 
 
 @dataclass(frozen=True)
@@ -45,12 +46,26 @@ class WorkerSettings:
         batch_wait: Seconds to wait for a batch to fill before deciding a partial one.
         max_doc_bytes: Larger records are invalid (``too-large``) and go to the DLQ.
         max_bucket_size: LSH bucket cap (hot buckets stop growing).
-        processing_guarantee: Only ``at_least_once`` (exactly_once: issue 4).
+        processing_guarantee: ``at_least_once`` (a restart may repeat identical events) or
+            ``exactly_once`` (outputs in Kafka transactions: a ``read_committed`` consumer sees one
+            event per input record; see docs/worker.md).
+        standby_replicas: Faust standby copies of the state kept by other workers (read from the
+            changelogs as they are written), so that one of them takes over the decide stage
+            after a failure without re-reading the whole changelogs.
         session_timeout: Broker session timeout in seconds (how fast a killed worker's
             partitions are reassigned on restart).
         heartbeat_interval: Consumer heartbeat interval in seconds.
         shutdown_timeout: Seconds SIGTERM may take before the process exits anyway.
         log_level: ``debug``, ``info``, ``warning`` or ``error``.
+        security_protocol: ``PLAINTEXT``, ``SSL``, ``SASL_PLAINTEXT`` or ``SASL_SSL`` (every Kafka client).
+        sasl_mechanism: ``SCRAM-SHA-512``, ``SCRAM-SHA-256`` or ``PLAIN`` (SASL protocols only).
+        sasl_username: SASL user (required by the SASL protocols).
+        sasl_password: SASL password (prefer ``sasl_password_file``: not shown by ``repr``).
+        sasl_password_file: File holding the SASL password (a mounted secret; one trailing newline
+            is ignored); wins over ``sasl_password``.
+        ssl_cafile: PEM CA bundle the broker certificate is verified with (None: the system CAs).
+        ssl_certfile: PEM client certificate for mutual TLS (may also hold the key).
+        ssl_keyfile: PEM private key of ``ssl_certfile`` (unencrypted).
 
     """
 
@@ -73,17 +88,28 @@ class WorkerSettings:
     max_doc_bytes: int = 1 << 20
     max_bucket_size: int = 500
     processing_guarantee: str = "at_least_once"
+    standby_replicas: int = 0
     session_timeout: float = 6.0
     heartbeat_interval: float = 1.0
     shutdown_timeout: float = 30.0
     log_level: str = "info"
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str = "SCRAM-SHA-512"
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    sasl_password_file: Path | None = None
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
 
     def __post_init__(self) -> None:
         if self.processing_guarantee not in GUARANTEES:
             raise WorkerConfigError(
-                f"processing_guarantee {self.processing_guarantee!r} is not supported: use at_least_once "
-                f"(set {ENV_PREFIX}PROCESSING_GUARANTEE or --processing-guarantee)"
+                f"processing_guarantee {self.processing_guarantee!r} is not supported: use at_least_once or "
+                f"exactly_once (set {ENV_PREFIX}PROCESSING_GUARANTEE or --processing-guarantee)"
             )
+        if self.standby_replicas < 0:
+            raise WorkerConfigError(f"standby_replicas must be >= 0, got {self.standby_replicas}")
         if self.input_partitions < 1:
             raise WorkerConfigError(f"input_partitions must be >= 1, got {self.input_partitions}")
         if not 0 < self.batch_wait <= 60:
@@ -101,6 +127,17 @@ class WorkerSettings:
         self.limits()  # validates batch_size, max_doc_bytes, max_bucket_size
         if self.shingle is not None:
             ShingleSpec.parse(self.shingle)
+        check_security(self)  # protocol, mechanism, credentials, secret and certificate files
+
+    @property
+    def exactly_once(self) -> bool:
+        """True when outputs are published in Kafka transactions."""
+        return self.processing_guarantee == "exactly_once"
+
+    @property
+    def decide_group(self) -> str:
+        """The group whose committed offset on the index topic marks the last published batch (exactly_once)."""
+        return f"{self.app_id}-decide"
 
     @property
     def index_topic(self) -> str:
@@ -116,6 +153,14 @@ class WorkerSettings:
     def faust_broker(self) -> str:
         """Bootstrap servers as Faust wants them (``kafka://host:port;...``)."""
         return ";".join(f"kafka://{s}" for s in self.bootstrap.split(","))
+
+    def kafka_security(self) -> dict[str, Any]:
+        """Security keyword arguments for every aiokafka client (see :mod:`stream_dedupe.worker.security`)."""
+        return client_security(self)
+
+    def faust_credentials(self) -> Any:
+        """``broker_credentials`` for ``faust.App`` (None for PLAINTEXT)."""
+        return faust_credentials(self)
 
     def limits(self) -> RuntimeLimits:
         """The engine's runtime limits."""
@@ -166,8 +211,9 @@ class WorkerSettings:
         unknown = set(flags) - {f.name for f in fields(cls)}
         if unknown:
             raise WorkerConfigError(f"unknown worker settings: {sorted(unknown)}")
-        if "state_dir" in values:
-            values["state_dir"] = Path(values["state_dir"])
+        for name in ("state_dir", *PATH_SETTINGS):
+            if name in values:
+                values[name] = Path(values[name])
         try:
             return cls(**values)
         except WorkerConfigError:

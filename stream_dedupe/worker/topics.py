@@ -18,11 +18,14 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType  #
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError  # type: ignore[import-untyped]
 
 from stream_dedupe.worker.errors import BrokerUnavailableError, TopicLayoutError
+from stream_dedupe.worker.security import client_security, diagnose, dropped_error
 from stream_dedupe.worker.settings import WorkerSettings
 
 log = logging.getLogger("stream_dedupe.worker.topics")
 
 COMPACT = {"cleanup.policy": "compact"}
+#: Handshakes in a row cut off by a listening broker before :func:`connect_admin` gives up.
+DROPPED_LIMIT = 3
 
 
 @dataclass(frozen=True)
@@ -55,23 +58,32 @@ def worker_topics(settings: WorkerSettings) -> list[TopicSpec]:
     ]
 
 
-async def connect_admin(bootstrap: str, wait: float | None, retry: float = 2.0) -> AIOKafkaAdminClient:
+async def connect_admin(
+    bootstrap: str, wait: float | None, retry: float = 2.0, settings: WorkerSettings | None = None
+) -> AIOKafkaAdminClient:
     """A started admin client; retries (logging each attempt) while the broker is unreachable.
+
+    An authentication or TLS failure is not "unreachable": it stops the wait at once (see
+    :func:`~stream_dedupe.worker.security.diagnose`).
 
     Args:
         bootstrap: ``host:port[,host:port]``.
         wait: Give up after this many seconds (None: wait forever).
         retry: Seconds between attempts.
+        settings: Security settings of the client (None: PLAINTEXT).
 
     Raises:
         BrokerUnavailableError: if ``wait`` passed without reaching the broker.
+        BrokerAuthError: if the broker rejects the credentials or the TLS setup, or keeps closing
+            the connection during the handshake.
 
     """
     deadline = None if wait is None else time.monotonic() + wait
-    attempt = 0
+    security = client_security(settings) if settings is not None else {}
+    attempt = dropped = 0
     while True:
         attempt += 1
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000, **security)
         try:
             await admin.start()
             if attempt > 1:
@@ -79,19 +91,33 @@ async def connect_admin(bootstrap: str, wait: float | None, retry: float = 2.0) 
             return admin
         except (KafkaError, OSError) as exc:
             await _close_quietly(admin)
+            cut_off = await diagnose(bootstrap, security)  # raises BrokerAuthError when retrying cannot help
+            dropped = dropped + 1 if cut_off else 0
+            if cut_off and dropped >= DROPPED_LIMIT:
+                raise dropped_error(
+                    bootstrap, security.get("security_protocol", "PLAINTEXT"), cut_off, dropped
+                ) from exc
             if deadline is not None and time.monotonic() + retry > deadline:
                 raise BrokerUnavailableError(
                     f"cannot reach the Kafka broker at {bootstrap} ({exc!r}) after {attempt} attempts: start the "
                     "broker, or point STREAM_DEDUPE_BROKER / --broker at a running one"
                 ) from exc
-            log.warning(
-                "Kafka broker %s not reachable (%s); retrying in %.0fs (attempt %d) - start the broker or fix "
-                "STREAM_DEDUPE_BROKER",
-                bootstrap,
-                type(exc).__name__,
-                retry,
-                attempt,
-            )
+            if cut_off:
+                log.warning(
+                    "%s; retrying in %.0fs (attempt %d) - check STREAM_DEDUPE_SECURITY_PROTOCOL",
+                    cut_off,
+                    retry,
+                    attempt,
+                )
+            else:
+                log.warning(
+                    "Kafka broker %s not reachable (%s); retrying in %.0fs (attempt %d) - start the broker or fix "
+                    "STREAM_DEDUPE_BROKER",
+                    bootstrap,
+                    type(exc).__name__,
+                    retry,
+                    attempt,
+                )
             await asyncio.sleep(retry)
 
 
@@ -166,16 +192,21 @@ async def topic_configs(admin: AIOKafkaAdminClient, names: list[str]) -> dict[st
 
 async def prepare_worker_topics(settings: WorkerSettings, wait: float | None = None) -> list[str]:
     """Connect (waiting for the broker), create missing topics, check the layout; the names created."""
-    admin = await connect_admin(settings.bootstrap, wait)
+    admin = await connect_admin(settings.bootstrap, wait, settings=settings)
     try:
         return await ensure_topics(admin, worker_topics(settings))
     finally:
         await _close_quietly(admin)
 
 
-async def prepare_input_topic(bootstrap: str, topic: str, partitions: int, wait: float | None = 30.0) -> bool:
-    """Create the input topic if missing (for ``produce``); True when it was created."""
-    admin = await connect_admin(bootstrap, wait)
+async def prepare_input_topic(
+    bootstrap: str, topic: str, partitions: int, wait: float | None = 30.0, settings: WorkerSettings | None = None
+) -> bool:
+    """Create the input topic if missing (for ``produce``); True when it was created.
+
+    ``settings`` gives the client's security settings (None: PLAINTEXT).
+    """
+    admin = await connect_admin(bootstrap, wait, settings=settings)
     try:
         return bool(await ensure_topics(admin, [TopicSpec(topic, partitions, {})]))
     finally:

@@ -149,6 +149,7 @@ class WorkerProcess:
     state_dir: Path
     log_path: Path
     extra: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
     web_port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
@@ -166,7 +167,7 @@ class WorkerProcess:
     def start(self) -> WorkerProcess:
         assert self.proc is None or self.proc.poll() is not None, "worker already running"
         out = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "stream_dedupe", *self.args()], stdout=out, stderr=out, env=env
         )
@@ -223,10 +224,12 @@ def workers(broker: Broker, names: Names, tmp_path: Path) -> Iterator[Any]:
     """Factory of worker processes for this test; every one is stopped at the end."""
     made: list[WorkerProcess] = []
 
-    def make(state_dir: Path | None = None, extra: list[str] | None = None, log_name: str = "") -> WorkerProcess:
+    def make(
+        state_dir: Path | None = None, extra: list[str] | None = None, log_name: str = "", app: Names | None = None
+    ) -> WorkerProcess:
         w = WorkerProcess(
             broker.bootstrap,
-            names,
+            app or names,
             state_dir or tmp_path / "state",
             tmp_path / f"worker{log_name or len(made)}.log",
             extra or [],
@@ -280,16 +283,29 @@ class Msg:
         return json.loads(self.value)
 
 
-def consume(bootstrap: str, topic: str, until: Any = None, timeout: float = 60.0, idle: float = 1.5) -> list[Msg]:
+def consume(
+    bootstrap: str,
+    topic: str,
+    until: Any = None,
+    timeout: float = 60.0,
+    idle: float = 1.5,
+    isolation: str = "read_uncommitted",
+) -> list[Msg]:
     """All messages of ``topic`` from the start.
 
     Reads until ``until(messages)`` is true (then drains for ``idle`` s) or, without ``until``,
-    until the end offsets are reached. Fails after ``timeout`` seconds.
+    until the end offsets are reached. Fails after ``timeout`` seconds. ``isolation``:
+    ``read_committed`` skips records of aborted (and waits for open) transactions.
     """
 
     async def main() -> list[Msg]:
         c = AIOKafkaConsumer(
-            topic, bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest", group_id=None
+            topic,
+            bootstrap_servers=bootstrap,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            group_id=None,
+            isolation_level=isolation,
         )
         await c.start()
         try:

@@ -1,0 +1,110 @@
+"""The decide ("index") stage's own ceiling, beside the whole engine, in one run.
+
+The worker splits the engine in two: every worker's sign stage normalizes, shingles and
+MinHashes its input partitions; the one decide stage parses each record, decodes the signature,
+looks up the LSH bands, verifies, updates the clusters and commits the state. This measures the
+decide stage in isolation (no Kafka): records are signed and encoded first (not timed), then
+decided in batches exactly as the worker does (``parse_document`` + ``Signer.decode`` +
+``engine.process(..., signed=...)`` + ``commit``), with RocksDB state; the whole engine
+(signing included) runs on the same documents in the same process for the ratio.
+
+    python bench/bench_index.py --docs 20000 --dup-fraction 0.3 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from synth import generate
+
+from stream_dedupe.config import DedupeParams
+from stream_dedupe.core.engine import DedupeEngine
+from stream_dedupe.core.records import Document, parse_document
+from stream_dedupe.core.signer import Signer
+from stream_dedupe.storage.rocks import RocksStore
+
+
+def decide_only(lines: list[bytes], wires: list[bytes], batch: int, workdir: str) -> float:
+    """Docs/s of the decide stage: parse + decode signature + process + commit."""
+    store = RocksStore(Path(workdir) / "decide")
+    engine = DedupeEngine(DedupeParams(), store)
+    engine.process([])
+    started = time.perf_counter()
+    for i in range(0, len(lines), batch):
+        records = [parse_document(raw, 1 << 20) for raw in lines[i : i + batch]]
+        signed = [engine.signer.decode(w) for w in wires[i : i + batch]]
+        engine.process(records, None, signed)
+        engine.commit()
+    seconds = time.perf_counter() - started
+    assert engine.counters["presigned"] == len(lines), "signatures were not used"
+    store.close()
+    return len(lines) / seconds
+
+
+def whole_engine(lines: list[bytes], batch: int, workdir: str) -> float:
+    """Docs/s of parse + sign + decide + commit (the embedded command's engine loop)."""
+    store = RocksStore(Path(workdir) / "whole")
+    engine = DedupeEngine(DedupeParams(), store)
+    engine.process([])
+    started = time.perf_counter()
+    for i in range(0, len(lines), batch):
+        engine.process([parse_document(raw, 1 << 20) for raw in lines[i : i + batch]])
+        engine.commit()
+    seconds = time.perf_counter() - started
+    store.close()
+    return len(lines) / seconds
+
+
+def sign_only(lines: list[bytes], batch: int) -> float:
+    """Docs/s of one sign stage: parse + sign + encode (what each worker adds)."""
+    signer = Signer(DedupeParams())
+    signer.sign(["warm up the kernels " * 5])
+    started = time.perf_counter()
+    for i in range(0, len(lines), batch):
+        docs = [parse_document(raw, 1 << 20) for raw in lines[i : i + batch]]
+        texts = [d.text for d in docs if isinstance(d, Document)]
+        [signer.encode(s) for s in signer.sign(texts)]
+    return len(lines) / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", type=int, default=20000)
+    parser.add_argument("--dup-fraction", type=float, default=0.3)
+    parser.add_argument("--batch", type=int, default=500)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    lines = [orjson.dumps(d) for d in generate(args.docs, 1, args.dup_fraction)]
+    signer = Signer(DedupeParams())
+    docs = [parse_document(raw, 1 << 20) for raw in lines]
+    wires = [signer.encode(s) for s in signer.sign([d.text for d in docs if isinstance(d, Document)])]
+    assert len(wires) == len(lines)
+    results: dict[str, list[float]] = {"decide_only": [], "whole_engine": [], "sign_only": []}
+    for _ in range(args.rounds):  # interleaved: the machine's noise hits all three alike
+        with tempfile.TemporaryDirectory(prefix="sd-bench-index-") as tmp:
+            results["decide_only"].append(decide_only(lines, wires, args.batch, tmp))
+            results["whole_engine"].append(whole_engine(lines, args.batch, tmp))
+            results["sign_only"].append(sign_only(lines, args.batch))
+    summary: dict[str, Any] = {k: round(statistics.median(v)) for k, v in results.items()}
+    summary["decide_over_whole"] = round(summary["decide_only"] / summary["whole_engine"], 2)
+    summary["rounds"] = {k: [round(x) for x in v] for k, v in results.items()}
+    summary["docs"], summary["dup_fraction"], summary["loadavg"] = args.docs, args.dup_fraction, os.getloadavg()
+    print(json.dumps(summary, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()
