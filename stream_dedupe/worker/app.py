@@ -159,7 +159,8 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
         if rt.engine is not None and not owns_index(app, rt):
             log.warning("the index partition moved to another worker: this worker now only signs")
             await stop_decide(rt)
-            rt.metrics.decider.set(0)
+            for gauge in (rt.metrics.decider, rt.metrics.clusters, rt.metrics.state_documents):
+                gauge.set(0)  # the new decider reports them
 
     cast(Any, app.on_partitions_revoked).connect(on_revoked)
     cast(Any, app.on_partitions_assigned).connect(on_assigned)
