@@ -109,6 +109,7 @@ def main() -> None:
         best = {k: max(r["docs_per_s"] for r in v) for k, v in runs.items()}
         result["docs_per_s_best"] = best
         result["ratio_2_over_1"] = round(best["2_workers"] / best["1_worker"], 2)
+        print(json.dumps(result, indent=2), flush=True)  # the throughput part, in case failover fails
         if not args.skip_failover:
             many = synth_docs(args.failover_docs, seed=3)
             result["failover"] = [failover(bootstrap, many, standby, tmp) for standby in (0, 1)]

@@ -121,6 +121,8 @@ class Worker:
                 return dict(orjson.loads(r.read()))
         except urllib.error.HTTPError as exc:
             return dict(orjson.loads(exc.read()))
+        except OSError:  # not answering (yet): not ready
+            return {"ready": False, "role": None}
 
     def kill9(self) -> None:
         self.proc.send_signal(signal.SIGKILL)

@@ -22,6 +22,7 @@ whose decision is already in the state are dropped by their origin offset.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import os
@@ -239,7 +240,12 @@ async def _ensure_engine(app: faust.App, rt: Runtime, event: Any) -> None:
             if store.recover():
                 log.warning("re-applied a state batch journaled by a worker that stopped while writing it")
             params = rt.settings.params(stored_params(store))
-            engine = DedupeEngine(params, store, rt.settings.limits())
+            # Rebuilding the LSH index reads every signature (seconds per 100k documents): off the
+            # event loop, so /healthz and /metrics keep answering (a liveness probe must not kill
+            # a worker that is taking over).
+            engine = await asyncio.get_running_loop().run_in_executor(
+                None, DedupeEngine, params, store, rt.settings.limits()
+            )
         except StreamDedupeError as exc:
             rt.fatal = exc
             log.critical("cannot start the dedupe engine: %s", exc)
