@@ -6,9 +6,11 @@
    app of 2 workers (4 input partitions each); docs/s = N / (first produce -> last document
    event consumed). Both apps in one run, on one broker (2 cores: the broker competes).
 2. failover: an app of 2 workers with ``--standby-replicas`` 0 and then 1; M documents decided;
-   the decider is killed (-9); time until the other worker is the decider and ready (its
-   ``/readyz``: role ``decide``, 200), split into the group noticing the death (session
-   timeout) and the takeover (table recovery or standby catch-up, LSH index rebuild).
+   the decider is killed (-9) 3 s after the last event (and, with a standby, also after
+   ``--standby-settle`` idle seconds: a standby copy lags while the decider writes at full
+   speed); time until the other worker is the decider and ready (its ``/readyz``: role
+   ``decide``, 200), split into the group noticing the death (session timeout) and the
+   takeover (table recovery or standby catch-up, LSH index rebuild).
 
 Prints one JSON object (also written to bench/out/scale_out.json).
 """
@@ -28,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_worker import REPO, Worker, broker, produce_and_consume, synth_docs
+from bench_worker import Worker, broker, produce_and_consume, synth_docs, write_result
 
 
 def throughput(bootstrap: str, docs: list[bytes], n_workers: int, tmp: Path) -> dict[str, Any]:
@@ -52,7 +54,7 @@ def _counter(metrics: str, name: str) -> float:
     return float(match.group(1)) if match else 0.0
 
 
-def failover(bootstrap: str, docs: list[bytes], standby: int, tmp: Path) -> dict[str, Any]:
+def failover(bootstrap: str, docs: list[bytes], standby: int, tmp: Path, settle: float = 3.0) -> dict[str, Any]:
     prefix = f"fo{standby}{uuid.uuid4().hex[:6]}"
     extra = ["--standby-replicas", str(standby)]
     workers = [Worker(bootstrap, prefix, tmp, extra, name=f"{prefix}-w{i}") for i in range(2)]
@@ -60,7 +62,7 @@ def failover(bootstrap: str, docs: list[bytes], standby: int, tmp: Path) -> dict
         for w in workers:
             w.wait_ready()
         asyncio.run(produce_and_consume(bootstrap, prefix, docs, None))
-        time.sleep(3.0)  # standbys catch up with the last changelog records
+        time.sleep(settle)  # idle time after the last event: standbys catch up with the changelogs
         decider = next(w for w in workers if w.readyz().get("role") == "decide")
         other = next(w for w in workers if w is not decider)
         killed = time.monotonic()
@@ -79,6 +81,7 @@ def failover(bootstrap: str, docs: list[bytes], standby: int, tmp: Path) -> dict
         return {
             "docs_in_state": len(docs),
             "standby_replicas": standby,
+            "idle_before_kill_s": settle,
             "takeover_s": round(ready - killed, 2),
             "group_noticed_s": round((noticed or ready) - killed, 2),
             "recovery_s": round(ready - (noticed or ready), 2),
@@ -96,29 +99,29 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--bootstrap", default=None, help="use this broker instead of starting one")
     parser.add_argument("--skip-failover", action="store_true")
+    parser.add_argument("--standby-settle", type=float, default=60.0, help="idle seconds before the last kill")
+    parser.add_argument("--skip-throughput", action="store_true")
     args = parser.parse_args()
     result: dict[str, Any] = {"cpus": os.cpu_count(), "docs": args.docs, "loadavg_start": os.getloadavg()}
     with broker(args.bootstrap, port=19692) as bootstrap, tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         docs = synth_docs(args.docs, seed=1)
-        runs: dict[str, list[dict[str, Any]]] = {"1_worker": [], "2_workers": []}
-        for _ in range(args.rounds):  # interleaved rounds: noise hits both alike
-            runs["1_worker"].append(throughput(bootstrap, docs, 1, tmp))
-            runs["2_workers"].append(throughput(bootstrap, docs, 2, tmp))
-        result["throughput"] = runs
-        best = {k: max(r["docs_per_s"] for r in v) for k, v in runs.items()}
-        result["docs_per_s_best"] = best
-        result["ratio_2_over_1"] = round(best["2_workers"] / best["1_worker"], 2)
-        print(json.dumps(result, indent=2), flush=True)  # the throughput part, in case failover fails
+        if not args.skip_throughput:
+            runs: dict[str, list[dict[str, Any]]] = {"1_worker": [], "2_workers": []}
+            for _ in range(args.rounds):  # interleaved rounds: noise hits both alike
+                runs["1_worker"].append(throughput(bootstrap, docs, 1, tmp))
+                runs["2_workers"].append(throughput(bootstrap, docs, 2, tmp))
+            result["throughput"] = runs
+            best = {k: max(r["docs_per_s"] for r in v) for k, v in runs.items()}
+            result["docs_per_s_best"] = best
+            result["ratio_2_over_1"] = round(best["2_workers"] / best["1_worker"], 2)
+            print(json.dumps(result, indent=2), flush=True)  # the throughput part, in case failover fails
         if not args.skip_failover:
             many = synth_docs(args.failover_docs, seed=3)
-            result["failover"] = [failover(bootstrap, many, standby, tmp) for standby in (0, 1)]
+            cases = [(0, 3.0), (1, 3.0), (1, args.standby_settle)]
+            result["failover"] = [failover(bootstrap, many, standby, tmp, settle) for standby, settle in cases]
     result["loadavg_end"] = os.getloadavg()
-    text = json.dumps(result, indent=2)
-    print(text)
-    out = REPO / "bench" / "out"
-    out.mkdir(exist_ok=True)
-    (out / "scale_out.json").write_text(text + "\n")
+    write_result("scale_out.json", result)
 
 
 if __name__ == "__main__":

@@ -274,11 +274,16 @@ def main() -> None:
         result["latency"]["rate"] = args.rate
         result["latency"]["worker_histogram_p99_le_s"] = histogram_p99(w.metrics())
         w.stop()
+    write_result("worker.json", result)
+
+
+def write_result(name: str, result: dict[str, Any]) -> None:
+    """Print ``result`` as JSON and write it to bench/out/``name``."""
     text = json.dumps(result, indent=2)
     print(text)
     out = REPO / "bench" / "out"
     out.mkdir(exist_ok=True)
-    (out / "worker.json").write_text(text + "\n")
+    (out / name).write_text(text + "\n")
 
 
 if __name__ == "__main__":
