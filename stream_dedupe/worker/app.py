@@ -39,6 +39,7 @@ from stream_dedupe.core.records import parse_document
 from stream_dedupe.core.signer import Signer
 from stream_dedupe.errors import StreamDedupeError
 from stream_dedupe.storage.base import NAMESPACES
+from stream_dedupe.worker.follow import Follower
 from stream_dedupe.worker.metrics import CONTENT_TYPE, WorkerMetrics, refresh_gauges
 from stream_dedupe.worker.pipeline import (
     FETCH_MAX_WAIT_MS,
@@ -99,6 +100,7 @@ class WorkerApp:
 
     app: faust.App
     runtime: Runtime
+    tables: dict[str, Any]
 
 
 def create_app(settings: WorkerSettings) -> WorkerApp:
@@ -113,7 +115,9 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
         autodiscover=False,
         topic_partitions=1,
         topic_replication_factor=1,
-        table_standby_replicas=s.standby_replicas,
+        # Standby copies are kept by this worker's own Follower (stream_dedupe.worker.follow):
+        # Faust's per-event standby path fell far behind a decider working at full speed.
+        table_standby_replicas=0,
         # Faust's own transactions stay off: with exactly_once the decide stage publishes in
         # transactions of its own (stream_dedupe.worker.pipeline); the tables are written as before.
         processing_guarantee="at_least_once",
@@ -134,6 +138,7 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
     }
     store = FaustTableStore(tables, s.state_dir / "journal")
     rt = Runtime(s, WorkerMetrics(), store)
+    follower = Follower(s, tables) if s.standby_replicas > 0 else None
 
     @app.agent(index_topic)
     async def decide(stream: Any) -> None:
@@ -152,7 +157,9 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
 
     async def on_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
         # Before Faust may give the index partition to another worker: no batch in progress,
-        # the last batch's changelog acknowledged.
+        # the last batch's changelog acknowledged, and no standby copy being written.
+        if follower is not None:
+            await follower.stop()
         await close_gate(rt)
 
     async def on_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
@@ -179,7 +186,12 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
             if rt.engine is not None:
                 pause_index(app, rt)
                 rt.gate.set()
+        elif follower is not None and rt.assigned and _settled(app) and not owns_index(app, rt):
+            follower.start()
         rt.metrics.ready.set(int(_ready(app, rt)))
+        if follower is not None:
+            lag = follower.lag()
+            rt.metrics.standby_lag.set(-1 if lag is None else lag)
 
     async def update_gauges() -> None:
         await refresh_gauges(app, rt)
@@ -202,7 +214,7 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
         body = {"ready": ready, "role": role, "recovered": _recovered(app), "engine": rt.engine is not None}
         return web.json(body, status=200 if ready else 503)
 
-    return WorkerApp(app, rt)
+    return WorkerApp(app, rt, tables)
 
 
 def _raw_topic(app: faust.App, name: str, partitions: int) -> Any:
@@ -237,7 +249,7 @@ async def _ensure_engine(app: faust.App, rt: Runtime, event: Any) -> None:
         store = rt.store
         store.bind(event)
         try:
-            if store.recover():
+            if store.recover(INDEX_OFFSET_KEY):
                 log.warning("re-applied a state batch journaled by a worker that stopped while writing it")
             params = rt.settings.params(stored_params(store))
             # Rebuilding the LSH index reads every signature (seconds per 100k documents): off the

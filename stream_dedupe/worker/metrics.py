@@ -94,6 +94,11 @@ class WorkerMetrics:
             ["stage"],
             registry=r,
         )
+        self.standby_lag = Gauge(
+            "stream_dedupe_standby_lag_records",
+            "Changelog records this worker's standby copy has not applied yet (-1: not following).",
+            registry=r,
+        )
         self.ready = Gauge(
             "stream_dedupe_ready", "1 while the worker is ready (signing; deciding if it owns the index).", registry=r
         )

@@ -186,11 +186,26 @@ class FaustTableStore:
         """True while a journaled batch may not be fully in the changelogs yet."""
         return self._journal.exists()
 
-    def recover(self) -> bool:
-        """Re-apply a batch journaled by a process that died while writing it; True if there was one."""
+    def recover(self, position_key: bytes | None = None) -> bool:
+        """Re-apply a batch journaled by a process that died while writing it; True if it was re-applied.
+
+        Args:
+            position_key: A ``meta`` key every batch writes with a growing integer (the decide
+                stage's index offset). When the tables already hold a higher value, another worker
+                decided after this batch (it took over and the tables were recovered from its
+                changelog records): the journal is stale and is dropped, not re-applied.
+
+        """
         if not self._journal.exists():
             return False
-        self._apply(decode_batch(self._journal.read_bytes()))
+        batch = decode_batch(self._journal.read_bytes())
+        if position_key is not None:
+            journaled = batch.get("meta", {}).get(position_key)
+            current = self.get_many("meta", [position_key])[0]
+            if journaled is not None and current is not None and int(current) > int(journaled):
+                self._journal.unlink()
+                return False
+        self._apply(batch)
         return True
 
     async def settle(self, producer: Any) -> None:

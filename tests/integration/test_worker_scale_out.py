@@ -125,3 +125,34 @@ def test_worker_joins_and_leaves_mid_stream(broker: Broker, names: Names, worker
     # Equal to a clean run's final state: the clusters do not depend on the arrival order.
     clean_store, _ = oracle(docs)
     assert clusters_with_canonicals(state) == clusters_with_canonicals(clean_store)
+
+
+def test_standby_copy_follows_and_takes_over_after_kill9(
+    broker: Broker, names: Names, workers: Any, tmp_path: Path
+) -> None:
+    docs = synth_docs(N, seed=23)
+    create_input(broker.bootstrap, names.input, 4)
+    extra = ["--standby-replicas", "1"]
+    pair = [workers(state_dir=tmp_path / f"s{i}", log_name=f"s{i}", extra=extra).start() for i in range(2)]
+    for w in pair:
+        w.wait_ready(90)
+    keyed = [(orjson.loads(d)["id"].encode(), d) for d in docs]
+    produce(broker.bootstrap, names.input, keyed[:2000])
+    consume(broker.bootstrap, names.events, until=n_document_events(2000), timeout=180, idle=0)
+    decider = next(w for w in pair if role(w) == "decide")
+    standby = next(w for w in pair if w is not decider)
+    assert metric(decider, "stream_dedupe_standby_lag_records") == -1  # the decider does not follow
+    deadline = time.monotonic() + 60  # the standby copy catches up with every changelog record
+    while metric(standby, "stream_dedupe_standby_lag_records") != 0:
+        assert time.monotonic() < deadline, standby.log()[-3000:]
+        time.sleep(0.5)
+
+    decider.kill9()
+    produce(broker.bootstrap, names.input, keyed[2000:])
+    msgs = consume(broker.bootstrap, names.events, until=n_document_events(N), timeout=240)
+    assert role(standby) == "decide"
+    assert standby.stop() == 0
+    events = assert_one_decision_per_input(msgs, N)
+    expected_store, expected_events = oracle(decision_order(events, {orjson.loads(d)["id"]: d for d in docs}))
+    assert events == expected_events
+    assert cluster_sets(worker_state(standby.state_dir)) == cluster_sets(expected_store)
