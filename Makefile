@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-worker tools clean
+.PHONY: demo test lint bench bench-worker bench-scale bench-scale-out tools clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,12 +20,15 @@ demo: $(STAMP)
 	$(BIN)/stream-dedupe clusters --state demo-out/state -o demo-out/clusters.jsonl
 	@echo "wrote demo-out/events.jsonl, demo-out/deduped.jsonl, demo-out/clusters.jsonl"
 
-## tools: what the tests drive for real (Debian packages: headless Chromium, Prometheus, openssl; helm built with Go)
+## tools: what the tests drive for real (Debian packages: headless Chromium, Prometheus, openssl, podman/buildah/debootstrap; helm built with Go)
 tools:
 	@missing=""; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
 	command -v openssl >/dev/null 2>&1 || missing="$$missing openssl"; \
+	command -v buildah >/dev/null 2>&1 || missing="$$missing buildah"; \
+	command -v podman >/dev/null 2>&1 || missing="$$missing podman"; \
+	command -v debootstrap >/dev/null 2>&1 || missing="$$missing debootstrap"; \
 	if [ -n "$$missing" ]; then \
 	    echo "installing:$$missing"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
@@ -47,6 +50,15 @@ bench: $(STAMP)
 ## bench-worker: end to end through a real broker, beside the embedded engine (starts its own broker)
 bench-worker: $(STAMP)
 	$(BIN)/python bench/bench_worker.py --docs 20000
+
+## bench-scale-out: decide stage ceiling in isolation; 1 vs 2 workers; takeover after kill -9 (~20 min)
+bench-scale-out: $(STAMP)
+	$(BIN)/python bench/bench_index.py --docs 20000 --rounds 3 --json bench/out/index.json
+	$(BIN)/python bench/bench_scale_out.py --docs 20000 --failover-docs 100000 --rounds 2 --standby-settle 30
+
+## bench-scale: cost from 10k to 1M documents, engine beside datasketch (~25 min, ~6 GB in /tmp; see BENCHMARKS.md)
+bench-scale: $(STAMP)
+	$(BIN)/python bench/bench_scale.py --sizes 10000,100000,1000000 --repeat-pair
 
 clean:
 	rm -rf $(VENV) demo-out bench/out

@@ -164,8 +164,8 @@ def decode_signed(blob: bytes) -> tuple[bytes, Signed]:
     pos = _HEAD.size
     signature = shingles = None
     if flags & _HAS_SIGNATURE:
-        signature = np.frombuffer(blob, dtype="<u4", count=n_sig // 4, offset=pos).astype(np.uint32)
+        signature = np.frombuffer(blob, dtype="<u4", count=n_sig // 4, offset=pos).astype(np.uint32, copy=False)
     pos += n_sig
     if flags & _HAS_SHINGLES:
-        shingles = np.frombuffer(blob, dtype="<u4", count=n_sh // 4, offset=pos).astype(np.uint32)
+        shingles = np.frombuffer(blob, dtype="<u4", count=n_sh // 4, offset=pos).astype(np.uint32, copy=False)
     return fingerprint, Signed(content_hash, length, tokens, signature, shingles)
