@@ -81,7 +81,7 @@ def worker(
         str | None, _opt("processing_guarantee", "at_least_once or exactly_once [default: at_least_once].")
     ] = None,
     standby_replicas: Annotated[
-        int | None, _opt("standby_replicas", "Standby copies of the state on other workers [default: 0].")
+        int | None, _opt("standby_replicas", "0: none; >= 1: non-deciding workers keep a state copy [default: 1].")
     ] = None,
     session_timeout: Annotated[float | None, _opt("session_timeout", "Broker session timeout, s [default: 6].")] = None,
     heartbeat_interval: Annotated[float | None, _opt("heartbeat_interval", "Heartbeat, s [default: 1].")] = None,

@@ -49,9 +49,9 @@ class WorkerSettings:
         processing_guarantee: ``at_least_once`` (a restart may repeat identical events) or
             ``exactly_once`` (outputs in Kafka transactions: a ``read_committed`` consumer sees one
             event per input record; see docs/worker.md).
-        standby_replicas: Faust standby copies of the state kept by other workers (read from the
-            changelogs as they are written), so that one of them takes over the decide stage
-            after a failure without re-reading the whole changelogs.
+        standby_replicas: 0: no standby copy; 1 or more: every worker that does not decide keeps
+            a copy of the state, following the changelogs in bulk (stream_dedupe.worker.follow), so
+            that it takes the decide stage over in seconds after a failure.
         session_timeout: Broker session timeout in seconds (how fast a killed worker's
             partitions are reassigned on restart).
         heartbeat_interval: Consumer heartbeat interval in seconds.
@@ -88,7 +88,7 @@ class WorkerSettings:
     max_doc_bytes: int = 1 << 20
     max_bucket_size: int = 500
     processing_guarantee: str = "at_least_once"
-    standby_replicas: int = 0
+    standby_replicas: int = 1
     session_timeout: float = 6.0
     heartbeat_interval: float = 1.0
     shutdown_timeout: float = 30.0
