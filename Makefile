@@ -56,7 +56,7 @@ bench-scale-out: $(STAMP)
 	$(BIN)/python bench/bench_index.py --docs 20000 --rounds 3 --json bench/out/index.json
 	$(BIN)/python bench/bench_scale_out.py --docs 20000 --failover-docs 100000 --rounds 2 --standby-settle 30
 
-## bench-scale: cost from 10k to 1M documents, engine beside datasketch (~25 min, ~6 GB in /tmp; see BENCHMARKS.md)
+## bench-scale: cost from 10k to 1M documents, engine beside datasketch (~15 min, ~5 GB in /tmp/sd-bench-scale; BENCHMARKS.md)
 bench-scale: $(STAMP)
 	$(BIN)/python bench/bench_scale.py --sizes 10000,100000,1000000 --repeat-pair
 
