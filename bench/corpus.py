@@ -39,6 +39,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from stream_dedupe.quality.metrics import components as quality_components
+
 #: Variant edits, as bits of the ``kinds`` ground-truth array (0 = a base document).
 KINDS = {"edit": 1, "timestamp": 2, "fwd": 4, "header": 8, "footer": 16, "truncate": 32}
 #: Word-3-gram Jaccard (after the engine's normalization) of every variant with its base, at least.
@@ -325,19 +327,7 @@ def quality(labels: np.ndarray, family: np.ndarray, kinds: np.ndarray) -> dict[s
 
 def components(pairs: np.ndarray, n: int) -> np.ndarray:
     """Connected components of ``pairs`` over ``n`` documents, labelled by their smallest member."""
-    parent = list(range(n))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for a, b in pairs.tolist():
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-    return np.array([find(i) for i in range(n)], dtype=np.int64)
+    return np.array(quality_components(n, pairs.tolist()), dtype=np.int64)
 
 
 def jaccard_sample(path: Path, seed: int, sample: int = 2000) -> dict[str, Any]:
