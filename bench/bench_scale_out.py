@@ -11,6 +11,7 @@
    speed); time until the other worker is the decider and ready (its ``/readyz``: role
    ``decide``, 200), split into the group noticing the death (session timeout) and the
    takeover (table recovery or standby catch-up, LSH index rebuild).
+3. ``--guarantees``: one worker, ``at_least_once`` vs ``exactly_once``, interleaved.
 
 Prints one JSON object (also written to bench/out/scale_out.json).
 """
@@ -33,9 +34,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_worker import Worker, broker, produce_and_consume, synth_docs, write_result
 
 
-def throughput(bootstrap: str, docs: list[bytes], n_workers: int, tmp: Path) -> dict[str, Any]:
+def throughput(
+    bootstrap: str, docs: list[bytes], n_workers: int, tmp: Path, extra: list[str] | None = None
+) -> dict[str, Any]:
     prefix = f"so{n_workers}{uuid.uuid4().hex[:6]}"
-    workers = [Worker(bootstrap, prefix, tmp, [], name=f"{prefix}-w{i}") for i in range(n_workers)]
+    workers = [Worker(bootstrap, prefix, tmp, extra or [], name=f"{prefix}-w{i}") for i in range(n_workers)]
     try:
         for w in workers:
             w.wait_ready()
@@ -101,6 +104,7 @@ def main() -> None:
     parser.add_argument("--skip-failover", action="store_true")
     parser.add_argument("--standby-settle", type=float, default=60.0, help="idle seconds before the last kill")
     parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--guarantees", action="store_true", help="also 1 worker at_least_once vs exactly_once")
     args = parser.parse_args()
     result: dict[str, Any] = {"cpus": os.cpu_count(), "docs": args.docs, "loadavg_start": os.getloadavg()}
     with broker(args.bootstrap, port=19692) as bootstrap, tempfile.TemporaryDirectory() as d:
@@ -116,6 +120,14 @@ def main() -> None:
             result["docs_per_s_best"] = best
             result["ratio_2_over_1"] = round(best["2_workers"] / best["1_worker"], 2)
             print(json.dumps(result, indent=2), flush=True)  # the throughput part, in case failover fails
+        if args.guarantees:
+            eos = ["--processing-guarantee", "exactly_once"]
+            pairs = [(throughput(bootstrap, docs, 1, tmp), throughput(bootstrap, docs, 1, tmp, eos)) for _ in range(2)]
+            result["guarantees"] = {
+                "at_least_once_docs_per_s": [a["docs_per_s"] for a, _ in pairs],
+                "exactly_once_docs_per_s": [e["docs_per_s"] for _, e in pairs],
+            }
+            print(json.dumps(result["guarantees"]), flush=True)
         if not args.skip_failover:
             many = synth_docs(args.failover_docs, seed=3)
             cases = [(0, 3.0), (1, 3.0), (1, args.standby_settle)]
