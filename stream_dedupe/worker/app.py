@@ -42,7 +42,6 @@ from stream_dedupe.storage.base import NAMESPACES
 from stream_dedupe.worker.follow import Follower
 from stream_dedupe.worker.metrics import CONTENT_TYPE, WorkerMetrics, refresh_gauges
 from stream_dedupe.worker.pipeline import (
-    FETCH_MAX_WAIT_MS,
     INDEX_OFFSET_KEY,
     INPUT_OFFSET_PREFIX,
     Runtime,
@@ -57,7 +56,7 @@ from stream_dedupe.worker.pipeline import (
 )
 from stream_dedupe.worker.produce import start_worker_producer
 from stream_dedupe.worker.settings import WorkerSettings
-from stream_dedupe.worker.sign import SignStage
+from stream_dedupe.worker.sign import FETCH_MAX_WAIT_MS, SignStage
 from stream_dedupe.worker.store import FaustTableStore
 
 log = logging.getLogger("stream_dedupe.worker")

@@ -38,13 +38,12 @@ class _Tables:
     def __init__(self, tables: Mapping[str, Any]) -> None:
         from aiokafka import TopicPartition  # type: ignore[import-untyped]
 
+        self.tables = tables
         self.by_tp = {TopicPartition(t.changelog_topic_name, 0): t for t in tables.values()}
 
     def existing(self, topics: set[str]) -> _Tables:
         """The tables whose changelog topic exists (a new app: Faust creates them at start)."""
-        subset = _Tables({})
-        subset.by_tp = {tp: t for tp, t in self.by_tp.items() if tp.topic in topics}
-        return subset
+        return _Tables({ns: t for ns, t in self.tables.items() if t.changelog_topic_name in topics})
 
     def persisted(self, tp: Any) -> int | None:
         from faust.types import TP

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -11,7 +12,9 @@ import pytest
 
 from stream_dedupe.exports import iter_canonical_documents
 from tests.integration.conftest import (
+    DOCUMENT_EVENTS,
     Broker,
+    Msg,
     Names,
     cluster_sets,
     consume,
@@ -24,7 +27,6 @@ from tests.integration.conftest import (
 from tests.integration.test_worker_e2e import decision_order, synth_docs
 
 N = 3000
-DOC_EVENTS = ("new", "duplicate-of", "unchanged", "deleted", "invalid")
 
 
 def test_kill9_mid_stream_leaves_exactly_one_committed_event_per_input(
@@ -48,22 +50,10 @@ def test_kill9_mid_stream_leaves_exactly_one_committed_event_per_input(
     assert w.stop() == 0
     everything = consume(broker.bootstrap, names.events)  # read_uncommitted: aborted records too
 
-    # Exactly one document event per input record, and no event twice (seq numbers are unique).
-    per_origin = Counter(m.headers["sd-origin"] for m in committed if m.json()["event"] in DOC_EVENTS)
-    assert len(per_origin) == N and set(per_origin.values()) == {1}
-    seqs = Counter(m.json()["seq"] for m in committed)
-    assert set(seqs.values()) == {1}
-    assert sorted(seqs) == list(range(1, len(seqs) + 1))  # no gap either
+    expected_store = assert_exactly_once(committed, docs, w.state_dir)
     # Whether a kill cut a transaction short depends on timing: the tests below inject both cases.
     replayed = w.log().count("without publishing")
     print(f"events written {len(everything)}, committed {len(committed)}, silent replays {replayed}")
-
-    # The same result as the embedded engine in the worker's decision order.
-    events = sorted((m.json() for m in committed), key=lambda e: e["seq"])
-    raw_by_id = {orjson.loads(d)["id"]: d for d in docs}
-    expected_store, expected_events = oracle(decision_order(events, raw_by_id))
-    assert events == expected_events
-    assert cluster_sets(worker_state(w.state_dir)) == cluster_sets(expected_store)
     deduped = replay_compacted(consume(broker.bootstrap, names.deduped, isolation="read_committed"))
     assert set(deduped.values()) == set(iter_canonical_documents(expected_store))
 
@@ -100,11 +90,21 @@ def test_death_at_each_point_of_a_transaction(
     else:
         assert "without publishing" not in w.log()
         assert len(everything) > len(committed)  # the aborted transaction's events are in the log
-    per_origin = Counter(m.headers["sd-origin"] for m in committed if m.json()["event"] in DOC_EVENTS)
-    assert len(per_origin) == 1500 and set(per_origin.values()) == {1}
+    assert_exactly_once(committed, docs, w.state_dir)
+
+
+def assert_exactly_once(committed: list[Msg], docs: list[bytes], state_dir: Path) -> Any:
+    """One document event per input, no ``seq`` twice or missing, equal to the embedded engine's.
+
+    Returns the embedded engine's store over the worker's decision order.
+    """
+    per_origin = Counter(m.headers["sd-origin"] for m in committed if m.json()["event"] in DOCUMENT_EVENTS)
+    assert len(per_origin) == len(docs) and set(per_origin.values()) == {1}
     seqs = Counter(m.json()["seq"] for m in committed)
-    assert set(seqs.values()) == {1} and sorted(seqs) == list(range(1, len(seqs) + 1))
+    assert set(seqs.values()) == {1}
+    assert sorted(seqs) == list(range(1, len(seqs) + 1))  # no gap either
     events = sorted((m.json() for m in committed), key=lambda e: e["seq"])
     expected_store, expected_events = oracle(decision_order(events, {orjson.loads(d)["id"]: d for d in docs}))
     assert events == expected_events
-    assert cluster_sets(worker_state(w.state_dir)) == cluster_sets(expected_store)
+    assert cluster_sets(worker_state(state_dir)) == cluster_sets(expected_store)
+    return expected_store
