@@ -21,6 +21,10 @@ VerifyMode = Literal["estimate", "exact"]
 #: Bumped whenever :mod:`stream_dedupe.core.normalize` changes what it produces for the same input.
 NORMALIZATION_VERSION = 1
 
+#: Bumped whenever the decisions a state holds change meaning (2: representatives cover every
+#: dropped document, see :mod:`stream_dedupe.core.cover`); a state of another version is refused.
+DECISION_SEMANTICS = 2
+
 
 @dataclass(frozen=True)
 class ShingleSpec:
@@ -132,6 +136,11 @@ class DedupeParams:
         rows: Rows per band; chosen with ``bands`` when 0.
         verify: ``estimate`` (MinHash estimate) or ``exact`` (exact Jaccard on stored shingle sets).
         normalization: Boilerplate removal.
+        boilerplate: Learned boilerplate.
+        source_thresholds: ``(source, threshold)`` pairs overriding ``threshold`` for the documents
+            of a ``source``; a pair of documents uses the stricter (higher) of its two thresholds,
+            and 1.0 exempts a source from near-duplicate removal (only identical normalized text
+            is dropped). The LSH bands are tuned for the lowest threshold in use.
 
     """
 
@@ -147,10 +156,25 @@ class DedupeParams:
     verify: VerifyMode = "estimate"
     normalization: NormalizationConfig = field(default_factory=NormalizationConfig)
     boilerplate: BoilerplateConfig = field(default_factory=BoilerplateConfig)
+    source_thresholds: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         if not 0.0 < self.threshold <= 1.0:
             raise ConfigError(f"threshold must be in (0, 1], got {self.threshold} (e.g. --threshold 0.8)")
+        sources = [name for name, _ in self.source_thresholds]
+        if len(set(sources)) != len(sources):
+            raise ConfigError(f"a source is given two thresholds in {self.source_thresholds!r}: give each once")
+        for name, value in self.source_thresholds:
+            if not name:
+                raise ConfigError("a per-source threshold needs a source name: --source-threshold SOURCE=0.9")
+            if not 0.0 < value <= 1.0:
+                raise ConfigError(
+                    f"threshold of source {name!r} must be in (0, 1], got {value} (e.g. --source-threshold {name}=0.9)"
+                )
+            if not 0.0 <= self.lsh_margin < value:
+                raise ConfigError(
+                    f"lsh_margin {self.lsh_margin} must be below the threshold {value} of source {name!r}"
+                )
         if not 16 <= self.num_perm <= 1024:
             raise ConfigError(f"num_perm must be between 16 and 1024, got {self.num_perm} (e.g. --num-perm 128)")
         if not 0 <= self.seed < 2**32:
@@ -179,13 +203,39 @@ class DedupeParams:
         return self.threshold if self.verify == "exact" else round(self.threshold + self.estimate_margin, 6)
 
     @cached_property
+    def _source_map(self) -> dict[str, float]:
+        return dict(self.source_thresholds)
+
+    def threshold_for(self, source: str | None) -> float:
+        """The threshold of a document's ``source`` (the global one when the source has none)."""
+        if source is None or not self.source_thresholds:
+            return self.threshold
+        return self._source_map.get(source, self.threshold)
+
+    def pair_threshold(self, source_a: str | None, source_b: str | None) -> float:
+        """The threshold that decides a pair: the stricter of the two sources' thresholds."""
+        return max(self.threshold_for(source_a), self.threshold_for(source_b))
+
+    def pair_decision_threshold(self, source_a: str | None, source_b: str | None) -> float:
+        """What a verified similarity must reach for a pair: its threshold (+ the estimate margin)."""
+        if not self.source_thresholds:
+            return self.decision_threshold
+        threshold = self.pair_threshold(source_a, source_b)
+        return threshold if self.verify == "exact" else round(threshold + self.estimate_margin, 6)
+
+    @property
+    def lowest_threshold(self) -> float:
+        """The lowest threshold in use (the LSH bands are tuned for it)."""
+        return min([self.threshold, *(value for _, value in self.source_thresholds)])
+
+    @cached_property
     def band_layout(self) -> tuple[int, int]:
         """``(bands, rows)``: the explicit ones, or those datasketch's MinHashLSH picks for the LSH threshold."""
         if self.bands:
             return self.bands, self.rows
         from stream_dedupe.core.lsh import choose_bands
 
-        return choose_bands(round(self.threshold - self.lsh_margin, 6), self.num_perm)
+        return choose_bands(round(self.lowest_threshold - self.lsh_margin, 6), self.num_perm)
 
     def resolved(self) -> DedupeParams:
         """Return a copy with ``bands`` and ``rows`` filled in."""
@@ -213,6 +263,8 @@ class DedupeParams:
             },
             "boilerplate": dataclasses.asdict(self.boilerplate),
             "minhash_scheme": "datasketch-affine32/murmur3_32",
+            "source_thresholds": dict(sorted(self.source_thresholds)),
+            "semantics": DECISION_SEMANTICS,
         }
 
     @classmethod
@@ -235,6 +287,7 @@ class DedupeParams:
                 tuple(patterns.get("footer", ())),
             ),
             boilerplate=BoilerplateConfig(**stored.get("boilerplate", {})),
+            source_thresholds=tuple(sorted(stored.get("source_thresholds", {}).items())),
         )
 
 

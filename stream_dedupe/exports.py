@@ -1,14 +1,14 @@
-"""Reading results out of a committed state: clusters and canonical documents."""
+"""Reading results out of a committed state: clusters, their representatives, the indexed documents."""
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from stream_dedupe.core.unionfind import ClusterInfo, UnionFind
 from stream_dedupe.storage.base import KVStore
-from stream_dedupe.storage.state import StateView
+from stream_dedupe.storage.state import DocRecord, StateView
 
 
 @dataclass(frozen=True)
@@ -17,9 +17,11 @@ class ClusterSummary:
 
     Attributes:
         documents: Documents in the state.
-        clusters: Clusters, singletons included (= canonical documents).
+        clusters: Clusters, singletons included.
         with_duplicates: Clusters of two or more.
         largest: Size of the largest cluster.
+        representatives: Documents in the indexed set (each dropped document is covered by one).
+        largest_cover: Most documents held by one representative (itself included).
 
     """
 
@@ -27,15 +29,30 @@ class ClusterSummary:
     clusters: int
     with_duplicates: int
     largest: int
+    representatives: int = 0
+    largest_cover: int = 0
 
 
 def summarize(store: KVStore) -> ClusterSummary:
-    """Count documents and clusters (scans the cluster records, not every document)."""
+    """Count documents, clusters and representatives (one scan of the document records)."""
     view = StateView(store)
-    documents = sum(1 for _ in store.items("docs"))
+    documents = 0
+    covers: Counter[str] = Counter()
+    for _, raw in store.items("docs"):
+        documents += 1
+        record = DocRecord.decode(raw)
+        if record.covered_by is not None:
+            covers[record.covered_by] += 1
     sizes = [info.size for info in _cluster_records(view)]
     merged_away = sum(size - 1 for size in sizes)
-    return ClusterSummary(documents, documents - merged_away, len(sizes), max(sizes, default=1 if documents else 0))
+    return ClusterSummary(
+        documents,
+        documents - merged_away,
+        len(sizes),
+        max(sizes, default=1 if documents else 0),
+        documents - sum(covers.values()),
+        max(covers.values(), default=0) + 1 if documents else 0,
+    )
 
 
 def _cluster_records(view: StateView) -> Iterator[ClusterInfo]:
@@ -46,7 +63,10 @@ def _cluster_records(view: StateView) -> Iterator[ClusterInfo]:
 
 
 def iter_clusters(store: KVStore, min_size: int = 2) -> Iterator[dict[str, object]]:
-    """Clusters as ``{"cluster", "canonical", "size", "members"}``, ordered by label.
+    """Clusters as ``{"cluster", "canonical", "size", "members", "representatives", "covered_by"}``.
+
+    Ordered by label. ``representatives`` are the members kept in the index; ``covered_by`` maps
+    every other member to the representative that holds its place (a verified near-duplicate).
 
     Args:
         store: A committed state.
@@ -70,11 +90,19 @@ def iter_clusters(store: KVStore, min_size: int = 2) -> Iterator[dict[str, objec
     clusters.sort(key=lambda c: c[0].label)
     for info, ids in clusters:
         if info.size >= min_size:
+            records = dict(zip(ids, view.store.get_many("docs", [i.encode("utf-8") for i in ids]), strict=True))
+            covered = {}
+            for doc_id, raw in records.items():
+                rep = None if raw is None else DocRecord.decode(raw).covered_by
+                if rep is not None:
+                    covered[doc_id] = rep
             yield {
                 "cluster": info.label,
                 "canonical": info.canonical.doc_id,
                 "size": info.size,
                 "members": ids,
+                "representatives": [i for i in ids if i not in covered],
+                "covered_by": covered,
             }
 
 
@@ -85,12 +113,22 @@ def _singletons(view: StateView) -> Iterator[str]:
             yield key.decode("utf-8")
 
 
+def iter_representative_ids(store: KVStore) -> Iterator[str]:
+    """Ids of the indexed set: every document no representative covers, in key order."""
+    for key, raw in store.items("docs"):
+        if DocRecord.decode(raw).covered_by is None:
+            yield key.decode("utf-8")
+
+
 def iter_canonical_documents(store: KVStore) -> Iterator[bytes]:
-    """The original JSON of every canonical document (one per cluster), ordered by id."""
+    """The original JSON of every representative (the deduped set), ordered by id.
+
+    Every dropped document is verified-similar to the representative that covers it; a cluster
+    may keep several representatives when its members chain through pairs that are not
+    near-duplicates of each other (:mod:`stream_dedupe.core.cover`).
+    """
     view = StateView(store)
-    canonicals = {info.canonical.doc_id for info in _cluster_records(view)}
-    canonicals.update(_singletons(view))
-    for doc_id in sorted(canonicals):
+    for doc_id in sorted(iter_representative_ids(store)):
         raw = view.document_json(doc_id)
         if raw is not None:
             yield raw

@@ -114,9 +114,12 @@ def test_unchanged_and_replaced_content(store: KVStore) -> None:
     assert changed[0]["event"] == "new"
     assert {"event": "canonical-changed", "previous": "b", "canonical": "a"}.items() <= changed[1].items()
     assert final_clusters(store) == []
-    # the old content of b no longer matches anything: a copy of it joins nobody but a
+    # the old content of b no longer matches anything: a copy of it joins nobody but a, and
+    # being longer it takes a's place in the index (a is covered by it)
     later = run_all(engine, [("c", base + " tail words here")])
-    assert later[0]["event"] == "duplicate-of" and later[0]["of"] == "a"
+    assert later[0]["event"] == "new" and later[0]["cluster"] == "a" and later[0]["representative"] == "c"
+    cover = next(e for e in later if e["event"] == "cover-changed")
+    assert cover["entered"] == [] and [(x["id"], x["representative"]) for x in cover["left"]] == [("a", "c")]
 
 
 def test_bridge_document_merges_and_removal_splits(store: KVStore) -> None:
@@ -126,12 +129,16 @@ def test_bridge_document_merges_and_removal_splits(store: KVStore) -> None:
     engine = DedupeEngine(DedupeParams(threshold=0.45, lsh_margin=0.15, verify="exact"), store)
     events = run_all(engine, [("l", left), ("r", right), ("x", left + " " + right)])
     x_events = [e for e in events if e["id"] == "x"]
-    assert x_events[0]["event"] == "duplicate-of" and x_events[0]["canonical"] == "x"
+    # x is longer than both and verified-similar to each: it represents them in the index
+    assert x_events[0]["event"] == "new" and x_events[0]["canonical"] == "x"
     merged = [e for e in x_events if e["event"] == "clusters-merged"]
     assert len(merged) == 1 and merged[0]["merged"] == ["l", "r"] and merged[0]["cluster"] == "l"
+    cover = next(e for e in x_events if e["event"] == "cover-changed")
+    assert [(c["id"], c["representative"]) for c in cover["left"]] == [("l", "x"), ("r", "x")]
     assert final_clusters(store) == [("l", "x", ("l", "r", "x"))]
     split = run_all(engine, [("x", text(rng, 80))])
     assert split[0]["event"] == "new"
+    assert next(e for e in split if e["event"] == "cover-changed")["entered"] == ["l", "r"]
     split_event = next(e for e in split if e["event"] == "cluster-split")
     assert split_event["cluster"] == "l" and split_event["previous"] == "x"
     assert sorted(c["cluster"] for c in split_event["clusters"]) == ["l", "r"]
@@ -214,3 +221,57 @@ def test_deleting_a_canonical_elects_another(store: KVStore) -> None:
     assert engine.canonical_updates(events) == [("b", None), ("a", engine.state.document_json("a")), ("zzz", None)]
     engine.commit()
     assert engine.cluster_of("b") is None
+
+
+def test_chained_members_are_never_dropped_without_a_similar_representative(store: KVStore) -> None:
+    """A ~ B and B ~ C put A, B, C in one cluster; C, far from A, stays in the index."""
+    rng = random.Random(31)
+    p, q, r = text(rng, 50).split(), text(rng, 50).split(), text(rng, 20).split()
+    a, b, c = " ".join(p + q), " ".join(p[15:] + q), " ".join(p[15:] + q[:40] + r[:5])
+    params = DedupeParams(threshold=0.75, lsh_margin=0.25, verify="exact")
+    spec = params.shingle
+    assert exact_jaccard(a, b, spec) >= 0.75 and exact_jaccard(b, c, spec) >= 0.75 > exact_jaccard(a, c, spec)
+    engine = DedupeEngine(params, store)
+    events = run_all(engine, [("c", c), ("b", b), ("a", a)], batch=1)
+    clusters = list(iter_clusters(store))
+    assert [cl["members"] for cl in clusters] == [["a", "b", "c"]]
+    # order: a (longest) is a representative; b is covered by a; c has no pair with a: kept
+    assert clusters[0]["representatives"] == ["a", "c"] and clusters[0]["covered_by"] == {"b": "a"}
+    by_id = {e["id"]: e for e in events if e["event"] in ("new", "duplicate-of")}
+    assert by_id["c"]["event"] == "new" and by_id["a"]["event"] == "new"
+    from stream_dedupe.exports import iter_canonical_documents
+
+    kept = sorted(orjson_id(raw) for raw in iter_canonical_documents(store))
+    assert kept == ["a", "c"]
+
+
+def orjson_id(raw: bytes) -> str:
+    import orjson
+
+    return str(orjson.loads(raw)["id"])
+
+
+def test_per_source_thresholds_use_the_stricter_one(store: KVStore) -> None:
+    rng = random.Random(41)
+    base = text(rng, 100)
+    near = " ".join(base.split()[:80])  # J = 78/98: shorter, so base represents it
+    params = DedupeParams(threshold=0.6, lsh_margin=0.2, verify="exact", source_thresholds=(("notes", 0.95),))
+    j = exact_jaccard(base, near, params.shingle)
+    assert 0.6 <= j < 0.95
+    engine = DedupeEngine(params, store)
+    events = engine.process(
+        [
+            doc("t1", base, source="tickets"),
+            doc("t2", near, source="tickets"),
+            doc("n1", base + " zz", source="notes"),
+            doc("n2", near + " zz", source="notes"),
+        ]
+    )
+    engine.commit()
+    kinds = {e["id"]: e for e in events if e["event"] in ("new", "duplicate-of")}
+    assert kinds["t2"]["event"] == "duplicate-of" and kinds["t2"]["threshold"] == 0.6
+    # notes pages at ~0.75 are both kept (their source's threshold is 0.95), also against tickets
+    assert kinds["n2"]["event"] == "new"
+    assert params.band_layout == DedupeParams(threshold=0.6, lsh_margin=0.2).band_layout
+    with pytest.raises(StateMismatchError, match="source_thresholds"):
+        DedupeEngine(DedupeParams(threshold=0.6, lsh_margin=0.2, verify="exact"), store)

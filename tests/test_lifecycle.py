@@ -12,7 +12,9 @@ from stream_dedupe.config import DedupeParams
 from stream_dedupe.core.engine import DedupeEngine
 from stream_dedupe.core.records import Deletion
 from stream_dedupe.exports import iter_canonical_documents, iter_clusters
+from stream_dedupe.core.verify import exact_jaccard
 from stream_dedupe.storage.memory import MemoryStore
+from stream_dedupe.storage.state import DocRecord, StateView
 
 from .helpers import VOCAB, doc
 
@@ -39,7 +41,23 @@ def snapshot(store: MemoryStore) -> tuple[list[object], list[bytes]]:
     return list(iter_clusters(store, min_size=1)), sorted(iter_canonical_documents(store))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def assert_covered(store: MemoryStore, params: DedupeParams) -> None:
+    """No dropped document without a representative it is verified-similar to (exact Jaccard)."""
+    view = StateView(store)
+    for key, raw in store.items("docs"):
+        record = DocRecord.decode(raw)
+        if record.covered_by is None:
+            continue
+        rep = view.doc(record.covered_by)
+        assert rep is not None and rep.covered_by is None, (key, record.covered_by)
+        mine, theirs = view.shingle_set(key.decode()), view.shingle_set(record.covered_by)
+        if rep.content_hash == record.content_hash:
+            continue
+        assert mine is not None and theirs is not None
+        assert exact_jaccard(mine, theirs) >= params.threshold, (key, record.covered_by)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(operations, st.integers(1, 7), st.sampled_from(["estimate", "exact"]))
 def test_incremental_equals_from_scratch(
     ops: list[tuple[int, tuple[int, int, int] | None]], batch: int, verify: str
@@ -66,6 +84,8 @@ def test_incremental_equals_from_scratch(
     fresh.process([doc(i, t) for i, t in sorted(alive.items())])
     fresh.commit()
     assert snapshot(store) == snapshot(scratch)
+    if verify == "exact":
+        assert_covered(store, params)
 
 
 def test_retention_expires_old_documents_of_a_source_like_deletions() -> None:

@@ -49,6 +49,7 @@ def test_all_event_kinds_validate(validator: jsonschema.Draft202012Validator) ->
         "canonical-changed",
         "clusters-merged",
         "cluster-split",
+        "cover-changed",
     }
     for event in events:
         validator.validate(event)

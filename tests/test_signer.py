@@ -77,7 +77,7 @@ def test_engine_with_signatures_from_another_signer_decides_identically(verify: 
         events_remote += remote.process(batch, signed=[remote.signer.decode(b) for b in wire])
         remote.commit()
     assert events_remote == events_local
-    assert sum(e["event"] == "duplicate-of" for e in events_local) >= 50
+    assert sum(len(c["covered_by"]) for c in iter_clusters(local.store)) >= 50  # type: ignore[arg-type]
     assert list(iter_clusters(remote.store)) == list(iter_clusters(local.store))
     assert remote.counters["presigned"] == len(docs) and local.counters["presigned"] == 0
 

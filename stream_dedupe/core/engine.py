@@ -19,6 +19,7 @@ from stream_dedupe.core import events as ev
 from stream_dedupe.core.bandindex import LshIndex
 from stream_dedupe.core.boilerplate import BoilerplateLearner
 from stream_dedupe.core.canonical import CanonicalKey
+from stream_dedupe.core.cover import CoverChange, StateCoverGraph, later_neighbours, update_cover
 from stream_dedupe.core.detach import detach
 from stream_dedupe.core.records import Deletion, Document, Invalid, Record
 from stream_dedupe.core.signer import Signed, Signer
@@ -62,6 +63,7 @@ class DedupeEngine:
         self.store = store
         self.state = StateView(store)
         self.uf = UnionFind(self.state)
+        self.cover = StateCoverGraph(self.state, self.params)
         self.signer = Signer(self.params)
         self.counters: Counter[str] = Counter()
         self._check_params()
@@ -172,9 +174,13 @@ class DedupeEngine:
         for event in events:
             kind = event["event"]
             if kind in ("new", "duplicate-of", "deleted"):
-                # duplicate-of: a tombstone too when the id was a canonical before (a re-crawl)
+                # duplicate-of: a tombstone too when the id was a representative before (a re-crawl)
                 touched.pop(event["id"], None)
                 touched[event["id"]] = None
+            elif kind == "cover-changed":
+                for doc_id in (*event["entered"], *(left["id"] for left in event["left"])):
+                    touched.pop(doc_id, None)
+                    touched[doc_id] = None
             elif kind in ("canonical-changed", "cluster-split"):
                 for doc_id in (
                     event["previous"],
@@ -186,8 +192,9 @@ class DedupeEngine:
                         touched[doc_id] = None
         updates: list[tuple[str, bytes | None]] = []
         for doc_id in touched:
-            canonical = self.state.doc(doc_id) is not None and self.uf.cluster_of(doc_id).canonical.doc_id == doc_id
-            updates.append((doc_id, self.state.document_json(doc_id) if canonical else None))
+            record = self.state.doc(doc_id)
+            indexed = record is not None and record.representative
+            updates.append((doc_id, self.state.document_json(doc_id) if indexed else None))
         return updates
 
     def commit(self, meta: dict[bytes, bytes | None] | None = None) -> None:
@@ -280,10 +287,17 @@ class DedupeEngine:
         prior = state.doc(doc.doc_id)
         if prior is not None and prior.content_hash == item.content_hash:
             self.counters["unchanged"] += 1
-            return [ev.document_event("unchanged", doc.doc_id, self.uf.cluster_of(doc.doc_id))]
+            return [
+                ev.document_event(
+                    "unchanged", doc.doc_id, self.uf.cluster_of(doc.doc_id), representative=prior.covered_by
+                )
+            ]
         events: list[ev.Event] = []
+        seeds: list[str] = []
         if prior is not None:
             self.counters["replaced"] += 1
+            if prior.representative:
+                seeds = later_neighbours(self.cover, doc.doc_id)
             events.extend(detach(state, self.uf, self.lsh, doc.doc_id, prior))
         group = state.exact_group(item.content_hash)
         state.put_exact_group(item.content_hash, [*group, doc.doc_id])
@@ -307,21 +321,59 @@ class DedupeEngine:
             # No verified pair and no parent (a replaced document was detached): a singleton.
             self.counters["new"] += 1
             alone = ClusterInfo(1, doc.doc_id, CanonicalKey(doc.doc_id, item.length, doc.updated_at_us))
-            events.insert(0, ev.document_event("new", doc.doc_id, alone))
-            return events
+            cover = self._cover_events(doc.doc_id, update_cover(self.cover, seeds)) if seeds else []
+            return [ev.document_event("new", doc.doc_id, alone), *events, *cover]
         if prior is None:
             # A document never seen before has no union-find records and no edges yet.
             key = doc.doc_id.encode("utf-8")
             for namespace in ("parent", "clusters", "edges"):
                 state.mark_absent(namespace, key)
-        return [*self._join(doc.doc_id, matches), *events]
+        cluster_events = self._join(doc.doc_id, matches)
+        cover = self._cover_events(doc.doc_id, update_cover(self.cover, seeds, arrived=[doc.doc_id]))
+        return [self._document_event(doc.doc_id, item), *cluster_events, *events, *cover]
+
+    def _document_event(self, doc_id: str, item: _Prepared) -> ev.Event:
+        """``duplicate-of`` when a representative covers the document, else ``new``."""
+        record = self.state.doc(doc_id)
+        assert record is not None
+        cluster = self.uf.cluster_of(doc_id)
+        if record.covered_by is None:
+            self.counters["new"] += 1
+            self.counters["new_in_cluster"] += 1
+            return ev.document_event("new", doc_id, cluster)
+        rep = self.state.doc(record.covered_by)
+        assert rep is not None
+        exact = rep.content_hash == item.content_hash
+        self.counters["duplicates"] += 1
+        if exact:
+            self.counters["exact_duplicates"] += 1
+        return ev.document_event(
+            "duplicate-of",
+            doc_id,
+            cluster,
+            record.covered_by,
+            record.covered_similarity,
+            exact,
+            representative=record.covered_by,
+            threshold=self.params.pair_threshold(record.source, rep.source),
+        )
+
+    def _cover_events(self, cause: str, changes: list[CoverChange]) -> list[ev.Event]:
+        """One ``cover-changed`` event for the documents (other than ``cause``) that entered or left the index."""
+        flipped = [c for c in changes if c.flipped and c.doc_id != cause]
+        self.counters["cover_changes"] += len(flipped)
+        if not flipped:
+            return []
+        return [ev.cover_changed(cause, flipped)]
 
     def _delete(self, doc_id: str) -> list[ev.Event]:
         self.counters["deleted"] += 1
         prior = self.state.doc(doc_id)
         if prior is None:
             return [ev.deleted_event(doc_id, known=False)]
-        return [ev.deleted_event(doc_id, known=True), *detach(self.state, self.uf, self.lsh, doc_id, prior)]
+        seeds = later_neighbours(self.cover, doc_id) if prior.representative else []
+        events = [ev.deleted_event(doc_id, known=True), *detach(self.state, self.uf, self.lsh, doc_id, prior)]
+        return [*events, *self._cover_events(doc_id, update_cover(self.cover, seeds))]
 
     def _near_matches(self, item: _Prepared) -> list[tuple[str, float, bool]]:
         doc_id = item.doc.doc_id
@@ -331,9 +383,15 @@ class DedupeEngine:
         candidates.discard(doc_id)
         self.counters["candidates"] += len(candidates)
         matches = []
+        mixed = bool(self.params.source_thresholds)
         for other in sorted(candidates):
             similarity = self._similarity(item, other)
-            if similarity >= self.params.decision_threshold:
+            threshold = self.params.decision_threshold
+            if mixed:
+                other_record = self.state.doc(other)
+                other_source = None if other_record is None else other_record.source
+                threshold = self.params.pair_decision_threshold(item.doc.source, other_source)
+            if similarity >= threshold:
                 matches.append((other, similarity, False))
             else:
                 self.counters["rejected_candidates"] += 1
@@ -359,11 +417,7 @@ class DedupeEngine:
             state.put_edges(other, [*state.edges(other), (doc_id, similarity, exact)])
             uf.union(doc_id, other)
         final = uf.cluster_of(doc_id)
-        best, similarity, exact = min(matches, key=lambda m: (-m[1], m[0]))
-        self.counters["duplicates"] += 1
-        if exact:
-            self.counters["exact_duplicates"] += 1
-        events = [ev.document_event("duplicate-of", doc_id, final, best, similarity, exact)]
+        events: list[ev.Event] = []
         for info in before.values():
             if info.canonical.doc_id != final.canonical.doc_id:
                 self.counters["canonical_changes"] += 1

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from stream_dedupe.core.cover import CoverChange
 from stream_dedupe.core.unionfind import ClusterInfo
 
 Event = dict[str, Any]
+
+#: Version of the event schema (``schema/events.schema.json``); 2 added representatives.
+SCHEMA_VERSION = 2
 
 #: Events of which exactly one is emitted per input record.
 DOCUMENT_EVENTS = ("new", "duplicate-of", "unchanged", "deleted", "invalid")
@@ -19,9 +23,23 @@ def document_event(
     of: str | None = None,
     similarity: float | None = None,
     exact: bool = False,
+    representative: str | None = None,
+    threshold: float | None = None,
 ) -> Event:
-    """A ``new``, ``duplicate-of`` or ``unchanged`` event."""
-    return {
+    """A ``new``, ``duplicate-of`` or ``unchanged`` event.
+
+    Args:
+        kind: The event name.
+        doc_id: The document.
+        cluster: Its cluster (union-find component) after the decision.
+        of: For ``duplicate-of``: the representative that covers the document.
+        similarity: Verified similarity to ``of``.
+        exact: True if the normalized texts are identical.
+        representative: Who holds the document's place in the index (None: the document itself).
+        threshold: For ``duplicate-of``: the threshold that decided the pair.
+
+    """
+    event: Event = {
         "event": kind,
         "id": doc_id,
         "of": of,
@@ -30,7 +48,21 @@ def document_event(
         "cluster": cluster.label,
         "canonical": cluster.canonical.doc_id,
         "cluster_size": cluster.size,
+        "representative": representative or doc_id,
     }
+    if threshold is not None:
+        event["threshold"] = threshold
+    return event
+
+
+def cover_changed(cause: str, changes: list[CoverChange]) -> Event:
+    """Documents other than ``cause`` entered (``entered``) or left (``left``) the indexed set."""
+    entered = sorted(c.doc_id for c in changes if c.after is None)
+    left = sorted(
+        ({"id": c.doc_id, "representative": c.after[0], "similarity": round(c.after[1], 6)} for c in changes if c.after),
+        key=lambda item: str(item["id"]),
+    )
+    return {"event": "cover-changed", "id": cause, "entered": entered, "left": left}
 
 
 def deleted_event(doc_id: str, known: bool) -> Event:

@@ -32,6 +32,9 @@ class DocRecord:
         tokens: Number of tokens of the normalized text.
         indexed: True when the document's bands are in the LSH index (it represents its content).
         source: The document's ``source``, or None (retention policies are per source).
+        covered_by: The representative that holds this document's place in the index (a verified
+            near-duplicate of it), or None when the document is itself a representative.
+        covered_similarity: Verified similarity to ``covered_by`` (None for a representative).
 
     """
 
@@ -41,19 +44,29 @@ class DocRecord:
     tokens: int
     indexed: bool
     source: str | None = None
+    covered_by: str | None = None
+    covered_similarity: float | None = None
+
+    @property
+    def representative(self) -> bool:
+        """True if the document is in the indexed (deduped) set."""
+        return self.covered_by is None
 
     def encode(self) -> bytes:
-        """Versioned JSON encoding (version 2 added ``source``)."""
-        return orjson.dumps(
-            [2, self.content_hash.hex(), self.length, self.updated_at_us, self.tokens, self.indexed, self.source]
-        )
+        """Versioned JSON encoding (version 2 added ``source``, version 3 the cover fields)."""
+        fields: list[Any] = [3, self.content_hash.hex(), self.length, self.updated_at_us, self.tokens, self.indexed]
+        fields.append(self.source)
+        if self.covered_by is not None:
+            fields += [self.covered_by, self.covered_similarity]
+        return orjson.dumps(fields)
 
     @classmethod
     def decode(cls, raw: bytes) -> DocRecord:
-        """Inverse of :meth:`encode` (reads version 1 records too)."""
+        """Inverse of :meth:`encode` (reads version 1 and 2 records too)."""
         fields = orjson.loads(raw)
         source = fields[6] if fields[0] >= 2 else None
-        return cls(bytes.fromhex(fields[1]), fields[2], fields[3], fields[4], fields[5], source)
+        covered = (fields[7], fields[8]) if len(fields) > 8 else (None, None)
+        return cls(bytes.fromhex(fields[1]), fields[2], fields[3], fields[4], fields[5], source, *covered)
 
 
 Edge = tuple[str, float, bool]

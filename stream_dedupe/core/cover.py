@@ -1,0 +1,213 @@
+"""Representatives: which members of a cluster stay in the index, so that no dropped one is lost.
+
+Union-find clusters are transitive: A ~ B and B ~ C put A and C together even when A and C share
+little (templated pages chain this way). Dropping every member but one canonical would then drop
+documents that nothing in the index covers. The *cover* fixes what the index keeps instead:
+
+* walk a cluster's members in canonical order (longest normalized text, then newest, then
+  smallest id; :mod:`stream_dedupe.core.canonical`);
+* a member is **covered** when it has a verified pair (at or above its pair's threshold) with a
+  representative earlier in that order: it is assigned to the most similar one (ties: the earlier
+  one) and leaves the index;
+* otherwise it is a **representative** and stays in the index.
+
+So every dropped document is verified-similar to the representative that replaces it, by
+construction, and the result is a function of the documents and their verified pairs alone
+(never of arrival order or batching). The cluster's canonical is always a representative.
+
+The cover is kept incrementally. A member's decision depends only on members earlier in the order,
+so when documents arrive or leave, only the members after them that are linked to a member whose
+representative status flipped are looked at again, in order, with a priority queue
+(:func:`update_cover`); a copy that is shorter than its original (the common case) costs one look.
+
+Identical normalized texts form one *content group*; the LSH pairs of a group are held by its
+indexed member, so a member's neighbours are its group plus the groups its group is paired with
+(:class:`StateCoverGraph`), whatever member of a group arrived first.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from stream_dedupe.config import DedupeParams
+from stream_dedupe.core.canonical import CanonicalKey
+from stream_dedupe.storage.state import DocRecord, StateView
+
+#: ``(representative id, similarity)`` of a covered document; None for a representative.
+Assignment = tuple[str, float] | None
+
+
+def order_key(key: CanonicalKey) -> tuple[int, int, int, str]:
+    """Sort key of the canonical order: the preferred document sorts first."""
+    known = 0 if key.updated_at_us is None else 1
+    return (-key.length, -known, -(key.updated_at_us or 0), key.doc_id)
+
+
+class CoverGraph(Protocol):
+    """What the cover reads and writes: ranks, verified neighbours, assignments."""
+
+    def rank(self, doc_id: str) -> CanonicalKey:
+        """The canonical key of a document in the state."""
+
+    def neighbours(self, doc_id: str) -> dict[str, float]:
+        """Documents with a pair at or above its threshold with ``doc_id``, and the similarity."""
+
+    def assignment(self, doc_id: str) -> Assignment:
+        """Who covers ``doc_id`` (None: it is a representative)."""
+
+    def assign(self, doc_id: str, assignment: Assignment) -> None:
+        """Record who covers ``doc_id``."""
+
+
+@dataclass(frozen=True)
+class CoverChange:
+    """A document whose place in the index changed.
+
+    Attributes:
+        doc_id: The document.
+        before: Its assignment before (None: it was a representative).
+        after: Its assignment now.
+
+    """
+
+    doc_id: str
+    before: Assignment
+    after: Assignment
+
+    @property
+    def flipped(self) -> bool:
+        """True if the document entered or left the set of representatives."""
+        return (self.before is None) != (self.after is None)
+
+
+def later_neighbours(graph: CoverGraph, doc_id: str) -> list[str]:
+    """Neighbours of ``doc_id`` after it in canonical order (those its status can affect)."""
+    mine = order_key(graph.rank(doc_id))
+    return [other for other in graph.neighbours(doc_id) if order_key(graph.rank(other)) > mine]
+
+
+def decide_one(graph: CoverGraph, doc_id: str, neighbours: dict[str, float]) -> Assignment:
+    """The assignment of one document given the current status of the members before it."""
+    mine = order_key(graph.rank(doc_id))
+    best: tuple[tuple[float, tuple[int, int, int, str]], str, float] | None = None
+    for other, similarity in neighbours.items():
+        theirs = order_key(graph.rank(other))
+        if theirs < mine and graph.assignment(other) is None:
+            candidate = (-similarity, theirs)
+            if best is None or candidate < best[0]:
+                best = (candidate, other, similarity)
+    return None if best is None else (best[1], best[2])
+
+
+def update_cover(graph: CoverGraph, seeds: Iterable[str], arrived: Iterable[str] = ()) -> list[CoverChange]:
+    """Re-decide ``seeds`` and every member their changes reach, in canonical order.
+
+    Args:
+        graph: The state.
+        seeds: Documents in the state whose neighbours changed (the later neighbours of a
+            representative that left).
+        arrived: Documents just written to the state (new or re-crawled): decided too, and a
+            representative among them is a change for the members after it.
+
+    Returns:
+        Every document whose assignment changed, in the order they were decided.
+
+    """
+    fresh = set(arrived)
+    heap = [(order_key(graph.rank(s)), s) for s in set(seeds) | fresh]
+    heapq.heapify(heap)
+    queued = {s for _, s in heap}
+    changes: list[CoverChange] = []
+    while heap:
+        mine, doc_id = heapq.heappop(heap)
+        neighbours = graph.neighbours(doc_id)
+        before = graph.assignment(doc_id)
+        after = decide_one(graph, doc_id, neighbours)
+        if after != before:
+            graph.assign(doc_id, after)
+            changes.append(CoverChange(doc_id, before, after))
+        if not ((before is None) != (after is None) or (doc_id in fresh and after is None)):
+            continue
+        for other in neighbours:
+            theirs = order_key(graph.rank(other))
+            if theirs > mine and other not in queued:
+                queued.add(other)
+                heapq.heappush(heap, (theirs, other))
+    return changes
+
+
+class StateCoverGraph:
+    """The :class:`CoverGraph` of the engine's state (content groups expanded, pair thresholds applied).
+
+    Args:
+        state: The batch's state view.
+        params: The index parameters (per-source thresholds).
+
+    """
+
+    def __init__(self, state: StateView, params: DedupeParams) -> None:
+        self.state = state
+        self.params = params
+
+    def _record(self, doc_id: str) -> DocRecord:
+        record = self.state.doc(doc_id)
+        if record is None:
+            raise KeyError(f"document {doc_id!r} is not in the state")
+        return record
+
+    def rank(self, doc_id: str) -> CanonicalKey:
+        """See :class:`CoverGraph`."""
+        record = self._record(doc_id)
+        return CanonicalKey(doc_id, record.length, record.updated_at_us)
+
+    def assignment(self, doc_id: str) -> Assignment:
+        """See :class:`CoverGraph`."""
+        record = self._record(doc_id)
+        if record.covered_by is None:
+            return None
+        return record.covered_by, float(record.covered_similarity or 0.0)
+
+    def assign(self, doc_id: str, assignment: Assignment) -> None:
+        """See :class:`CoverGraph`."""
+        record = self._record(doc_id)
+        rep, similarity = assignment if assignment is not None else (None, None)
+        self.state.put_doc(doc_id, replace(record, covered_by=rep, covered_similarity=similarity))
+
+    def neighbours(self, doc_id: str) -> dict[str, float]:
+        """See :class:`CoverGraph`.
+
+        Every member of the document's content group (similarity 1.0), and every member of each
+        group its group's indexed member is paired with, where the pair reaches its threshold.
+        """
+        state = self.state
+        record = self._record(doc_id)
+        group = state.exact_group(record.content_hash) or [doc_id]
+        out = {member: 1.0 for member in group if member != doc_id}
+        heads = {doc_id, group[0]}
+        pairs: dict[str, float] = {}
+        for head in heads:
+            for other, similarity, exact in state.edges(head):
+                if not exact and other not in out and other != doc_id:
+                    pairs[other] = max(similarity, pairs.get(other, 0.0))
+        if not pairs:
+            return out
+        state.prefetch("docs", [o.encode("utf-8") for o in pairs])
+        mixed = bool(self.params.source_thresholds)
+        for other, similarity in pairs.items():
+            other_record = state.doc(other)
+            if other_record is None:
+                continue
+            far = state.exact_group(other_record.content_hash) or [other]
+            for member in far:
+                if member == doc_id or member in out and out[member] >= similarity:
+                    continue
+                if mixed:
+                    member_record = state.doc(member)
+                    source = None if member_record is None else member_record.source
+                    if similarity < self.params.pair_decision_threshold(record.source, source):
+                        continue
+                out[member] = similarity
+        return out
