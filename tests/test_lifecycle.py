@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from stream_dedupe.config import DedupeParams
 from stream_dedupe.core.engine import DedupeEngine
 from stream_dedupe.core.records import Deletion
-from stream_dedupe.exports import iter_canonical_documents, iter_clusters
 from stream_dedupe.core.verify import exact_jaccard
+from stream_dedupe.exports import iter_canonical_documents, iter_clusters
 from stream_dedupe.storage.memory import MemoryStore
 from stream_dedupe.storage.state import DocRecord, StateView
 

@@ -202,7 +202,7 @@ class StateCoverGraph:
                 continue
             far = state.exact_group(other_record.content_hash) or [other]
             for member in far:
-                if member == doc_id or member in out and out[member] >= similarity:
+                if member == doc_id or (member in out and out[member] >= similarity):
                     continue
                 if mixed:
                     member_record = state.doc(member)

@@ -58,10 +58,11 @@ def document_event(
 def cover_changed(cause: str, changes: list[CoverChange]) -> Event:
     """Documents other than ``cause`` entered (``entered``) or left (``left``) the indexed set."""
     entered = sorted(c.doc_id for c in changes if c.after is None)
-    left = sorted(
-        ({"id": c.doc_id, "representative": c.after[0], "similarity": round(c.after[1], 6)} for c in changes if c.after),
-        key=lambda item: str(item["id"]),
-    )
+    left = [
+        {"id": c.doc_id, "representative": c.after[0], "similarity": round(c.after[1], 6)}
+        for c in sorted(changes, key=lambda change: change.doc_id)
+        if c.after is not None
+    ]
     return {"event": "cover-changed", "id": cause, "entered": entered, "left": left}
 
 
