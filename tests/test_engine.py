@@ -275,3 +275,23 @@ def test_per_source_thresholds_use_the_stricter_one(store: KVStore) -> None:
     assert params.band_layout == DedupeParams(threshold=0.6, lsh_margin=0.2).band_layout
     with pytest.raises(StateMismatchError, match="source_thresholds"):
         DedupeEngine(DedupeParams(threshold=0.6, lsh_margin=0.2, verify="exact"), store)
+
+
+def test_empty_texts_are_never_duplicates_and_updates_are_flagged(store: KVStore) -> None:
+    body = text(random.Random(12), 60)
+    engine = DedupeEngine(DedupeParams(), store)
+    events = engine.process([doc("e1", ""), doc("e2", "   \n\t "), doc("e3", "... --- !!!"), doc("a", body)])
+    assert [(e["event"], e.get("reason")) for e in events] == [("invalid", "empty-text")] * 3 + [("new", None)]
+    assert events[3]["updated"] is False
+    engine.commit()
+    assert engine.cluster_of("e1") is None and engine.cluster_of("e2") is None
+    again = engine.process([doc("a", body + " edited at the end"), doc("a", body + " edited at the end")])
+    assert again[0]["event"] == "new" and again[0]["updated"] is True
+    assert again[1]["event"] == "unchanged" and again[1]["updated"] is False
+    # a known document whose text became empty leaves the index
+    gone = engine.process([doc("a", "  ")])
+    assert gone[0]["event"] == "invalid" and gone[0]["reason"] == "empty-text" and gone[0]["id"] == "a"
+    assert "earlier version" in gone[0]["detail"]
+    assert engine.canonical_updates(gone) == [("a", None)]
+    engine.commit()
+    assert engine.cluster_of("a") is None

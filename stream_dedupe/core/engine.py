@@ -155,7 +155,7 @@ class DedupeEngine:
             elif isinstance(record, Deletion):
                 batch = self._delete(record.doc_id)
             else:
-                batch = self._decide(next(it))
+                batch = self._decide(next(it), origins[i] if origins else None)
             for event in batch:
                 self.seq += 1
                 event["seq"] = self.seq
@@ -173,7 +173,7 @@ class DedupeEngine:
         touched: dict[str, None] = {}
         for event in events:
             kind = event["event"]
-            if kind in ("new", "duplicate-of", "deleted"):
+            if kind in ("new", "duplicate-of", "deleted") or (kind == "invalid" and event["reason"] == "empty-text"):
                 # duplicate-of: a tombstone too when the id was a representative before (a re-crawl)
                 touched.pop(event["id"], None)
                 touched[event["id"]] = None
@@ -280,11 +280,13 @@ class DedupeEngine:
         self.counters["boilerplate_lines_stripped"] += learner.stripped_lines - before
         return texts
 
-    def _decide(self, item: _Prepared) -> list[ev.Event]:
+    def _decide(self, item: _Prepared, origin: dict[str, Any] | None = None) -> list[ev.Event]:
         doc = item.doc
         state = self.state
-        self.counters["documents"] += 1
         prior = state.doc(doc.doc_id)
+        if item.tokens == 0:
+            return self._empty(doc.doc_id, prior, origin)
+        self.counters["documents"] += 1
         if prior is not None and prior.content_hash == item.content_hash:
             self.counters["unchanged"] += 1
             return [
@@ -322,7 +324,9 @@ class DedupeEngine:
             self.counters["new"] += 1
             alone = ClusterInfo(1, doc.doc_id, CanonicalKey(doc.doc_id, item.length, doc.updated_at_us))
             cover = self._cover_events(doc.doc_id, update_cover(self.cover, seeds)) if seeds else []
-            return [ev.document_event("new", doc.doc_id, alone), *events, *cover]
+            first = ev.document_event("new", doc.doc_id, alone)
+            first["updated"] = prior is not None
+            return [first, *events, *cover]
         if prior is None:
             # A document never seen before has no union-find records and no edges yet.
             key = doc.doc_id.encode("utf-8")
@@ -330,7 +334,29 @@ class DedupeEngine:
                 state.mark_absent(namespace, key)
         cluster_events = self._join(doc.doc_id, matches)
         cover = self._cover_events(doc.doc_id, update_cover(self.cover, seeds, arrived=[doc.doc_id]))
-        return [self._document_event(doc.doc_id, item), *cluster_events, *events, *cover]
+        first = self._document_event(doc.doc_id, item)
+        first["updated"] = prior is not None
+        return [first, *cluster_events, *events, *cover]
+
+    def _empty(self, doc_id: str, prior: DocRecord | None, origin: dict[str, Any] | None) -> list[ev.Event]:
+        """A text with no words: never deduplicated (empty pages would all be one cluster).
+
+        It is an ``invalid`` outcome (``empty-text``); a known document whose text became empty
+        leaves the index as if deleted (what it said before is no longer there).
+        """
+        self.counters["invalid"] += 1
+        self.counters["invalid:empty-text"] += 1
+        detail = "the text has no words after normalization (empty, whitespace or punctuation only): nothing to index"
+        if prior is not None:
+            detail += "; the earlier version of this document was removed"
+        invalid = ev.invalid_event(doc_id, "empty-text", detail, origin)
+        return [invalid, *self._remove(doc_id, prior)] if prior is not None else [invalid]
+
+    def _remove(self, doc_id: str, prior: DocRecord) -> list[ev.Event]:
+        """Take a known document out of the state; the cluster and cover events that follow."""
+        seeds = later_neighbours(self.cover, doc_id) if prior.representative else []
+        events = detach(self.state, self.uf, self.lsh, doc_id, prior)
+        return [*events, *self._cover_events(doc_id, update_cover(self.cover, seeds))]
 
     def _document_event(self, doc_id: str, item: _Prepared) -> ev.Event:
         """``duplicate-of`` when a representative covers the document, else ``new``."""
@@ -371,9 +397,7 @@ class DedupeEngine:
         prior = self.state.doc(doc_id)
         if prior is None:
             return [ev.deleted_event(doc_id, known=False)]
-        seeds = later_neighbours(self.cover, doc_id) if prior.representative else []
-        events = [ev.deleted_event(doc_id, known=True), *detach(self.state, self.uf, self.lsh, doc_id, prior)]
-        return [*events, *self._cover_events(doc_id, update_cover(self.cover, seeds))]
+        return [ev.deleted_event(doc_id, known=True), *self._remove(doc_id, prior)]
 
     def _near_matches(self, item: _Prepared) -> list[tuple[str, float, bool]]:
         doc_id = item.doc.doc_id

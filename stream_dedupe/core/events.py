@@ -49,6 +49,7 @@ def document_event(
         "canonical": cluster.canonical.doc_id,
         "cluster_size": cluster.size,
         "representative": representative or doc_id,
+        "updated": False,
     }
     if threshold is not None:
         event["threshold"] = threshold

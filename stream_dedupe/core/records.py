@@ -24,6 +24,7 @@ INVALID_REASONS = (
     "bad-field",
     "bad-updated-at",
     "too-large",
+    "empty-text",
 )
 
 _OPTIONAL_STRINGS = ("url", "title", "source")
