@@ -141,6 +141,10 @@ class DedupeParams:
             of a ``source``; a pair of documents uses the stricter (higher) of its two thresholds,
             and 1.0 exempts a source from near-duplicate removal (only identical normalized text
             is dropped). The LSH bands are tuned for the lowest threshold in use.
+        title_guard: A document's ``title`` is part of its identity: two documents whose
+            normalized titles differ (reply and forward prefixes such as ``Re:``/``Fwd:`` are
+            ignored) are never duplicates, not even with identical text. Documents without a
+            title are compared on their text alone.
 
     """
 
@@ -153,10 +157,11 @@ class DedupeParams:
     estimate_margin: float = 0.01
     bands: int = 0
     rows: int = 0
-    verify: VerifyMode = "estimate"
+    verify: VerifyMode = "exact"
     normalization: NormalizationConfig = field(default_factory=NormalizationConfig)
     boilerplate: BoilerplateConfig = field(default_factory=BoilerplateConfig)
     source_thresholds: tuple[tuple[str, float], ...] = ()
+    title_guard: bool = True
 
     def __post_init__(self) -> None:
         if not 0.0 < self.threshold <= 1.0:
@@ -264,6 +269,7 @@ class DedupeParams:
             "boilerplate": dataclasses.asdict(self.boilerplate),
             "minhash_scheme": "datasketch-affine32/murmur3_32",
             "source_thresholds": dict(sorted(self.source_thresholds)),
+            "title_guard": self.title_guard,
             "semantics": DECISION_SEMANTICS,
         }
 
@@ -288,6 +294,7 @@ class DedupeParams:
             ),
             boilerplate=BoilerplateConfig(**stored.get("boilerplate", {})),
             source_thresholds=tuple(sorted(stored.get("source_thresholds", {}).items())),
+            title_guard=stored.get("title_guard", False),
         )
 
 

@@ -295,3 +295,27 @@ def test_empty_texts_are_never_duplicates_and_updates_are_flagged(store: KVStore
     assert engine.canonical_updates(gone) == [("a", None)]
     engine.commit()
     assert engine.cluster_of("a") is None
+
+
+def test_title_guard_keeps_pages_with_different_titles(store: KVStore) -> None:
+    body = text(random.Random(51), 120)
+    engine = DedupeEngine(DedupeParams(), store)
+    events = engine.process(
+        [
+            doc("tcp", body, title="lb create tcp"),
+            doc("ssl", body + " x", title="lb create ssl"),  # same page template, another command
+            doc("tcp-copy", body, title="Fwd: LB create TCP"),  # a forward of the first one: a copy
+            doc("untitled", body + " x"),  # no title: compared on its text
+        ]
+    )
+    engine.commit()
+    kinds = {e["id"]: e for e in events if e["event"] in ("new", "duplicate-of")}
+    assert kinds["tcp"]["event"] == "new" and kinds["ssl"]["event"] == "new"
+    assert kinds["tcp-copy"]["event"] == "duplicate-of" and kinds["tcp-copy"]["of"] == "tcp"
+    assert kinds["tcp-copy"]["exact"] is True
+    assert kinds["untitled"]["event"] == "duplicate-of"
+    assert engine.counters["title_rejections"] >= 1
+    off = DedupeEngine(DedupeParams(title_guard=False), MemoryStore())
+    off.process([doc("tcp", body, title="lb create tcp"), doc("ssl", body, title="lb create ssl")])
+    off.commit()
+    assert [c["representatives"] for c in iter_clusters(off.store)] == [["ssl"]]  # guard off: one is dropped

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import mmh3
 import numpy as np
 
 from stream_dedupe.config import DedupeParams, RuntimeLimits
@@ -21,6 +22,7 @@ from stream_dedupe.core.boilerplate import BoilerplateLearner
 from stream_dedupe.core.canonical import CanonicalKey
 from stream_dedupe.core.cover import CoverChange, StateCoverGraph, later_neighbours, update_cover
 from stream_dedupe.core.detach import detach
+from stream_dedupe.core.normalize import title_key
 from stream_dedupe.core.records import Deletion, Document, Invalid, Record
 from stream_dedupe.core.signer import Signed, Signer
 from stream_dedupe.core.unionfind import ClusterInfo, UnionFind
@@ -39,6 +41,7 @@ class _Prepared:
     content_hash: bytes
     length: int
     tokens: int
+    title_key: str | None = None
     signature: np.ndarray | None = None
     band_hashes: np.ndarray | None = None
     shingle_set: np.ndarray | None = None
@@ -223,9 +226,14 @@ class DedupeEngine:
                 signed[i] = fresh
         self.counters["presigned"] += len(docs) - len(todo)
         prepared = []
+        guard = self.params.title_guard
         for doc, record in zip(docs, signed, strict=True):
             assert record is not None
-            prepared.append(_Prepared(doc, record.content_hash, record.length, record.tokens, record.signature))
+            content_hash, key = record.content_hash, title_key(doc.title) if guard else None
+            if key is not None:
+                # the title is part of the identity: identical texts under different titles are distinct
+                content_hash = mmh3.hash_bytes(content_hash + bytes.fromhex(key))
+            prepared.append(_Prepared(doc, content_hash, record.length, record.tokens, key, record.signature))
             prepared[-1].shingle_set = record.shingle_set
         with_sig = [p for p in prepared if p.signature is not None]
         if with_sig:
@@ -313,7 +321,15 @@ class DedupeEngine:
             indexed = True
         state.put_doc(
             doc.doc_id,
-            DocRecord(item.content_hash, item.length, doc.updated_at_us, item.tokens, indexed, doc.source),
+            DocRecord(
+                item.content_hash,
+                item.length,
+                doc.updated_at_us,
+                item.tokens,
+                indexed,
+                doc.source,
+                title_key=item.title_key,
+            ),
         )
         if item.signature is not None:
             state.put_signature(doc.doc_id, item.signature)
@@ -409,12 +425,16 @@ class DedupeEngine:
         matches = []
         mixed = bool(self.params.source_thresholds)
         for other in sorted(candidates):
-            similarity = self._similarity(item, other)
             threshold = self.params.decision_threshold
-            if mixed:
+            if mixed or item.title_key is not None:
                 other_record = self.state.doc(other)
-                other_source = None if other_record is None else other_record.source
-                threshold = self.params.pair_decision_threshold(item.doc.source, other_source)
+                assert other_record is not None
+                if item.title_key is not None and other_record.title_key not in (None, item.title_key):
+                    self.counters["title_rejections"] += 1
+                    self.counters["rejected_candidates"] += 1
+                    continue
+                threshold = self.params.pair_decision_threshold(item.doc.source, other_record.source)
+            similarity = self._similarity(item, other)
             if similarity >= threshold:
                 matches.append((other, similarity, False))
             else:

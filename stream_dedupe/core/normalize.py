@@ -12,6 +12,7 @@ import re
 import unicodedata
 from collections.abc import Sequence
 
+import mmh3
 import numpy as np
 
 from stream_dedupe.config import NormalizationConfig
@@ -100,3 +101,21 @@ class Normalizer:
 
 def _matches_any(patterns: list[re.Pattern[str]], line: str) -> bool:
     return any(p.search(line) for p in patterns)
+
+
+# Reply and forward prefixes of mail and ticket subjects ("Re:", "Fwd:", "AW:", "Re[2]:", ...).
+_REPLY_PREFIX = re.compile(r"^\s*(?:(?:re|fwd?|aw|wg|tr|sv|vs|antw)\s*(?:\[\d+\])?\s*:\s*)+", re.IGNORECASE)
+
+
+def title_key(title: str | None) -> str | None:
+    """A short key of a title's normalized form, or None when there is no title to compare.
+
+    NFKC, case folding, reply/forward prefixes removed, every run of non-word characters one
+    space. Two titles with the same key name the same page.
+    """
+    if title is None:
+        return None
+    form = _NON_WORD.sub(" ", unicodedata.normalize("NFKC", _REPLY_PREFIX.sub("", title)).casefold()).strip()
+    if not form:
+        return None
+    return mmh3.hash_bytes(form.encode("utf-8"))[:8].hex()

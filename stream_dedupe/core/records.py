@@ -40,6 +40,7 @@ class Document:
         updated_at_us: ``updated_at`` in microseconds since the epoch, or None.
         source: The ``source`` field, or None.
         raw: The original JSON bytes (republished unchanged when canonical).
+        title: The ``title`` field, or None.
 
     """
 
@@ -48,6 +49,7 @@ class Document:
     updated_at_us: int | None
     source: str | None
     raw: bytes
+    title: str | None = None
 
 
 @dataclass(frozen=True)
@@ -155,4 +157,4 @@ def _validate_object(value: dict[str, Any], raw: bytes) -> Document | Invalid | 
                 f'"updated_at" {updated_at!r} is not RFC 3339 with a time zone (e.g. 2024-05-01T12:00:00Z)',
                 doc_id,
             )
-    return Document(doc_id, text, updated_at_us, value.get("source"), raw)
+    return Document(doc_id, text, updated_at_us, value.get("source"), raw, value.get("title"))

@@ -35,6 +35,8 @@ class DocRecord:
         covered_by: The representative that holds this document's place in the index (a verified
             near-duplicate of it), or None when the document is itself a representative.
         covered_similarity: Verified similarity to ``covered_by`` (None for a representative).
+        title_key: 8 bytes (hex) identifying the normalized title, or None (no title, or the
+            title guard is off): documents with different titles are never near-duplicates.
 
     """
 
@@ -46,6 +48,7 @@ class DocRecord:
     source: str | None = None
     covered_by: str | None = None
     covered_similarity: float | None = None
+    title_key: str | None = None
 
     @property
     def representative(self) -> bool:
@@ -55,7 +58,7 @@ class DocRecord:
     def encode(self) -> bytes:
         """Versioned JSON encoding (version 2 added ``source``, version 3 the cover fields)."""
         fields: list[Any] = [3, self.content_hash.hex(), self.length, self.updated_at_us, self.tokens, self.indexed]
-        fields.append(self.source)
+        fields += [self.source, self.title_key]
         if self.covered_by is not None:
             fields += [self.covered_by, self.covered_similarity]
         return orjson.dumps(fields)
@@ -65,8 +68,11 @@ class DocRecord:
         """Inverse of :meth:`encode` (reads version 1 and 2 records too)."""
         fields = orjson.loads(raw)
         source = fields[6] if fields[0] >= 2 else None
-        covered = (fields[7], fields[8]) if len(fields) > 8 else (None, None)
-        return cls(bytes.fromhex(fields[1]), fields[2], fields[3], fields[4], fields[5], source, *covered)
+        title_key = fields[7] if fields[0] >= 3 else None
+        covered_by, similarity = (fields[8], fields[9]) if len(fields) > 9 else (None, None)
+        return cls(
+            bytes.fromhex(fields[1]), fields[2], fields[3], fields[4], fields[5], source, covered_by, similarity, title_key
+        )
 
 
 Edge = tuple[str, float, bool]
