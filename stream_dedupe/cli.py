@@ -21,8 +21,11 @@ from stream_dedupe.options import (
     MinLineTokensOpt,
     NumPermOpt,
     ShingleOpt,
+    SourceThresholdOpt,
     ThresholdOpt,
+    TitleGuardOpt,
     boilerplate_config,
+    source_thresholds,
 )
 
 app = typer.Typer(
@@ -59,7 +62,8 @@ def resolve_params(stored: DedupeParams | None, overrides: dict[str, Any]) -> De
     bands/rows let the layout be chosen again; the engine then refuses a state built otherwise.
     """
     explicit = {k: v for k, v in overrides.items() if v is not None}
-    if explicit.keys() & {"threshold", "num_perm", "lsh_margin"} and not explicit.keys() & {"bands", "rows"}:
+    layout = {"threshold", "num_perm", "lsh_margin", "source_thresholds"}
+    if explicit.keys() & layout and not explicit.keys() & {"bands", "rows"}:
         explicit.update(bands=0, rows=0)
     return dataclasses.replace(stored or DedupeParams(), **explicit)
 
@@ -98,7 +102,9 @@ def dedupe(
     ] = None,
     bands: Annotated[int | None, typer.Option(help="LSH bands (with --rows) instead of the chosen ones.")] = None,
     rows: Annotated[int | None, typer.Option(help="Rows per LSH band (with --bands).")] = None,
-    verify: Annotated[str | None, typer.Option(help="Verification: estimate or exact [default: estimate].")] = None,
+    verify: Annotated[str | None, typer.Option(help="Verification: exact or estimate [default: exact].")] = None,
+    source_threshold: SourceThresholdOpt = None,
+    title_guard: TitleGuardOpt = None,
     strip_pattern: Annotated[list[str] | None, typer.Option(help="Regex removed from texts (repeatable).")] = None,
     header_pattern: Annotated[list[str] | None, typer.Option(help="Leading lines matching are dropped.")] = None,
     footer_pattern: Annotated[list[str] | None, typer.Option(help="Trailing lines matching are dropped.")] = None,
@@ -133,6 +139,8 @@ def dedupe(
         "bands": bands,
         "rows": rows,
         "verify": verify,
+        "source_thresholds": source_thresholds(source_threshold),
+        "title_guard": title_guard,
         "normalization": _normalization(strip_pattern, header_pattern, footer_pattern),
         "boilerplate": boilerplate_config(learn_boilerplate, boilerplate_min_docs, boilerplate_min_tokens),
     }

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from stream_dedupe.config import BoilerplateConfig
+from stream_dedupe.errors import ConfigError
 
 ThresholdOpt = Annotated[float | None, typer.Option(help="Jaccard threshold [default: 0.8].")]
 NumPermOpt = Annotated[int | None, typer.Option(help="MinHash permutations [default: 128].")]
@@ -24,3 +25,41 @@ def boilerplate_config(learn: bool | None, min_docs: int | None, min_tokens: int
     if learn is None and min_docs is None and min_tokens is None:
         return None
     return BoilerplateConfig(bool(learn), min_docs or 100, min_tokens or 3)
+
+
+SourceThresholdOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--source-threshold",
+        help="SOURCE=T: threshold for one source's documents (repeatable; a pair uses the stricter; 1.0 = exact only).",
+    ),
+]
+TitleGuardOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--title-guard/--no-title-guard",
+        help="Documents whose titles differ are never duplicates [default: on].",
+    ),
+]
+
+
+def source_thresholds(values: list[str] | None) -> tuple[tuple[str, float], ...] | None:
+    """Parse ``SOURCE=T`` flags into sorted pairs (None when none was given).
+
+    Raises:
+        ConfigError: if a value is not ``SOURCE=NUMBER``.
+
+    """
+    if not values:
+        return None
+    pairs = []
+    for value in values:
+        name, sep, number = value.rpartition("=")
+        try:
+            threshold = float(number)
+        except ValueError:
+            threshold = -1.0
+        if not sep or not name or threshold < 0:
+            raise ConfigError(f"--source-threshold takes SOURCE=THRESHOLD, e.g. release-notes=0.95; got {value!r}")
+        pairs.append((name, threshold))
+    return tuple(sorted(pairs))

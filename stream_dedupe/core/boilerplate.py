@@ -3,12 +3,18 @@
 Templated chrome (navigation, footers, mail headers, licence blocks) makes unrelated documents
 of one site look alike. The learner counts, per source, in how many documents each line occurs
 (by a 64-bit hash of its normalized form); once a line has been seen in ``min_docs`` documents
-it is learned, and later documents of that source are shingled without it. Counting is streaming
-and sequential: a document is stripped with what was learned from the documents before it, so the
-first ``min_docs`` carriers of a line keep it (documented trade-off of learning online).
+it is learned, and later documents of that source are shingled without it.
 
-Counts live in the state's ``boilerplate`` namespace (changelogged with the rest in the worker);
-the learned set is kept in memory and rebuilt from the counts when the state is opened.
+Learning is **retroactive**: until a line is learned its count keeps the ids of the documents that
+carried it, and when it is learned those earlier carriers are handed back to the engine
+(:attr:`BoilerplateLearner.pending`), which signs and decides them again without the line. So
+every stored document is stripped with the same learned set, whatever the arrival order: the
+first carriers of a footer no longer keep it, and a copy read before a line was learned matches a
+copy read after it.
+
+Counts live in the state's ``boilerplate`` namespace (changelogged with the rest in the worker) as
+``[count, [carrier ids]]`` until learned and ``[count, source, line]`` after; the learned set is
+kept in memory and rebuilt from the counts when the state is opened.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterator
+from typing import Any
 
 import mmh3
 import orjson
@@ -53,11 +60,13 @@ class BoilerplateLearner:
         self.state = state
         self.learned: set[bytes] = set()
         self.stripped_lines = 0
+        #: Ids of documents that carried a line when it was learned: to be signed again.
+        self.pending: set[str] = set()
         for key, raw in state.store.items(NAMESPACE):
             if orjson.loads(raw)[0] >= config.min_docs:
                 self.learned.add(key)
 
-    def strip_and_count(self, text: str, source: str | None, count: bool = True) -> str:
+    def strip_and_count(self, text: str, source: str | None, count: bool = True, doc_id: str = "") -> str:
         """Return ``text`` without its learned lines; then count its lines for this source.
 
         Args:
@@ -65,6 +74,7 @@ class BoilerplateLearner:
             source: The document's ``source`` (documents without one share a pool).
             count: False for a document already counted (a re-crawl of a known id), so that
                 re-crawling one page never turns its own lines into boilerplate.
+            doc_id: The document, remembered as a carrier of its lines until they are learned.
 
         """
         source = source or ""
@@ -82,20 +92,24 @@ class BoilerplateLearner:
             kept.append(line)
             seen.setdefault(key, form)
         if count:
-            self._count(seen, source)
+            self._count(seen, source, doc_id)
         return "\n".join(kept)
 
-    def _count(self, seen: dict[bytes, str], source: str) -> None:
+    def _count(self, seen: dict[bytes, str], source: str, doc_id: str) -> None:
         state = self.state
         self.state.prefetch(NAMESPACE, list(seen))
         for key, form in seen.items():
             raw = state.get(NAMESPACE, key)
-            count = 1 if raw is None else orjson.loads(raw)[0] + 1
+            value: list[Any] = [0, []] if raw is None else orjson.loads(raw)
+            count = int(value[0]) + 1
+            carriers: list[str] = list(value[1]) if len(value) == 2 else []
             if count >= self.config.min_docs:
                 self.learned.add(key)
+                self.pending.update(carriers)
+                self.pending.add(doc_id)
                 state.put(NAMESPACE, key, orjson.dumps([count, source, form]))
             else:
-                state.put(NAMESPACE, key, orjson.dumps([count]))
+                state.put(NAMESPACE, key, orjson.dumps([count, [*carriers, doc_id]]))
 
 
 def learned_lines(state: StateView, min_docs: int) -> Iterator[tuple[str, int, str]]:

@@ -23,7 +23,7 @@ from stream_dedupe.core.canonical import CanonicalKey
 from stream_dedupe.core.cover import CoverChange, StateCoverGraph, later_neighbours, update_cover
 from stream_dedupe.core.detach import detach
 from stream_dedupe.core.normalize import title_key
-from stream_dedupe.core.records import Deletion, Document, Invalid, Record
+from stream_dedupe.core.records import Deletion, Document, Invalid, Record, parse_document
 from stream_dedupe.core.signer import Signed, Signer
 from stream_dedupe.core.unionfind import ClusterInfo, UnionFind
 from stream_dedupe.core.verify import estimated_jaccard, exact_jaccard
@@ -32,6 +32,8 @@ from stream_dedupe.storage.base import KVStore
 from stream_dedupe.storage.state import DocRecord, StateView
 
 _PARAMS_KEY = b"params"
+#: Counters of document outcomes, which a carrier decided again does not count twice.
+_DOCUMENT_COUNTERS = ("documents", "replaced", "new", "new_in_cluster", "duplicates", "exact_duplicates")
 _SEQ_KEY = b"seq"
 
 
@@ -159,12 +161,51 @@ class DedupeEngine:
                 batch = self._delete(record.doc_id)
             else:
                 batch = self._decide(next(it), origins[i] if origins else None)
-            for event in batch:
-                self.seq += 1
-                event["seq"] = self.seq
             out.extend(batch)
+        if self.boilerplate is not None and self.boilerplate.pending:
+            out.extend(self._resign_carriers())
+        for event in out:
+            self.seq += 1
+            event["seq"] = self.seq
         self.state.put_json(_SEQ_KEY, self.seq)
         return out
+
+    def _resign_carriers(self) -> list[ev.Event]:
+        """Sign and decide again the documents that carried lines learned in this batch.
+
+        Their stored original is stripped with the learned set as it is now, so that every
+        document in the state is stripped alike (learning is retroactive). A carrier decided
+        again emits cluster and cover events (with its own id), never a second document event;
+        one that would be left with no words keeps its earlier version.
+        """
+        assert self.boilerplate is not None
+        ids = sorted(self.boilerplate.pending)
+        self.boilerplate.pending.clear()
+        docs = []
+        for doc_id in ids:
+            raw = self.state.document_json(doc_id)
+            record = None if raw is None else parse_document(raw, len(raw))
+            if isinstance(record, Document):
+                docs.append(record)
+        learner = self.boilerplate
+        texts = [learner.strip_and_count(d.text, d.source, count=False) for d in docs]
+        events: list[ev.Event] = []
+        kept = {key: self.counters[key] for key in _DOCUMENT_COUNTERS}
+        for item in self._prepared(docs, self.signer.sign(texts)):
+            prior = self.state.doc(item.doc.doc_id)
+            if prior is None or prior.content_hash == item.content_hash or item.tokens == 0:
+                continue
+            self.counters["resigned"] += 1
+            decided = self._decide(item)
+            now = self.state.doc(item.doc.doc_id)
+            assert now is not None
+            events.extend(decided[1:])
+            if prior.representative != now.representative:
+                before = None if prior.covered_by is None else (prior.covered_by, prior.covered_similarity or 0.0)
+                after = None if now.covered_by is None else (now.covered_by, now.covered_similarity or 0.0)
+                events.append(ev.cover_changed(item.doc.doc_id, [CoverChange(item.doc.doc_id, before, after)]))
+        self.counters.update({key: value - self.counters[key] for key, value in kept.items()})
+        return events
 
     def canonical_updates(self, events: Sequence[ev.Event]) -> list[tuple[str, bytes | None]]:
         """What the events change in the set of canonical documents, for a compacted topic.
@@ -225,6 +266,13 @@ class DedupeEngine:
             for i, fresh in zip(todo, self.signer.sign(texts), strict=True):
                 signed[i] = fresh
         self.counters["presigned"] += len(docs) - len(todo)
+        prepared = self._prepared(docs, signed)
+        self.state.prefetch("exact", [p.content_hash for p in prepared])
+        self._prefetch_neighbours(prepared)
+        return prepared
+
+    def _prepared(self, docs: list[Document], signed: Sequence[Signed | None]) -> list[_Prepared]:
+        """Documents with their signatures, identity keys and band hashes."""
         prepared = []
         guard = self.params.title_guard
         for doc, record in zip(docs, signed, strict=True):
@@ -240,8 +288,6 @@ class DedupeEngine:
             band_hashes = self.lsh.hashes(np.stack([p.signature for p in with_sig if p.signature is not None]))
             for entry, row in zip(with_sig, band_hashes, strict=True):
                 entry.band_hashes = row
-        self.state.prefetch("exact", [p.content_hash for p in prepared])
-        self._prefetch_neighbours(prepared)
         return prepared
 
     def _prefetch_neighbours(self, prepared: list[_Prepared]) -> None:
@@ -284,7 +330,7 @@ class DedupeEngine:
         for doc in docs:
             first_time = doc.doc_id not in counted and state.get("docs", doc.doc_id.encode("utf-8")) is None
             counted.add(doc.doc_id)
-            texts.append(learner.strip_and_count(doc.text, doc.source, count=first_time))
+            texts.append(learner.strip_and_count(doc.text, doc.source, count=first_time, doc_id=doc.doc_id))
         self.counters["boilerplate_lines_stripped"] += learner.stripped_lines - before
         return texts
 

@@ -71,7 +71,15 @@ class DocRecord:
         title_key = fields[7] if fields[0] >= 3 else None
         covered_by, similarity = (fields[8], fields[9]) if len(fields) > 9 else (None, None)
         return cls(
-            bytes.fromhex(fields[1]), fields[2], fields[3], fields[4], fields[5], source, covered_by, similarity, title_key
+            content_hash=bytes.fromhex(fields[1]),
+            length=fields[2],
+            updated_at_us=fields[3],
+            tokens=fields[4],
+            indexed=fields[5],
+            source=source,
+            covered_by=covered_by,
+            covered_similarity=similarity,
+            title_key=title_key,
         )
 
 
