@@ -95,17 +95,18 @@ class NormalizationConfig:
 
 @dataclass(frozen=True)
 class BoilerplateConfig:
-    """Streaming boilerplate learning (off by default).
+    """Streaming boilerplate learning (on by default: shared chrome must not make pages duplicates).
 
     Attributes:
         learn: Count lines per ``source``; a line seen in ``min_docs`` documents of a source is
-            learned as boilerplate and stripped from later documents of that source.
+            learned as boilerplate and stripped from every document of that source, including
+            those read before it was learned (:mod:`stream_dedupe.core.boilerplate`).
         min_docs: Documents a line must appear in before it is learned.
         min_tokens: Lines with fewer tokens are neither counted nor stripped.
 
     """
 
-    learn: bool = False
+    learn: bool = True
     min_docs: int = 100
     min_tokens: int = 3
 

@@ -14,7 +14,7 @@ NumPermOpt = Annotated[int | None, typer.Option(help="MinHash permutations [defa
 ShingleOpt = Annotated[str | None, typer.Option(help="Shingles: word:K or char:K [default: word:3].")]
 LshMarginOpt = Annotated[float | None, typer.Option(help="LSH tuned for threshold minus this [default: 0.2].")]
 LearnOpt = Annotated[
-    bool | None, typer.Option("--learn-boilerplate/--no-learn-boilerplate", help="Learn and strip boilerplate lines.")
+    bool | None, typer.Option("--learn-boilerplate/--no-learn-boilerplate", help="Learn and strip boilerplate lines [default: on].")
 ]
 MinDocsOpt = Annotated[int | None, typer.Option(help="Documents of a source a line must occur in [default: 100].")]
 MinLineTokensOpt = Annotated[int | None, typer.Option(help="Shorter lines are never boilerplate [default: 3].")]
@@ -24,7 +24,7 @@ def boilerplate_config(learn: bool | None, min_docs: int | None, min_tokens: int
     """The learning settings given on the command line, or None when none was given."""
     if learn is None and min_docs is None and min_tokens is None:
         return None
-    return BoilerplateConfig(bool(learn), min_docs or 100, min_tokens or 3)
+    return BoilerplateConfig(True if learn is None else learn, min_docs or 100, min_tokens or 3)
 
 
 SourceThresholdOpt = Annotated[

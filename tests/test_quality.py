@@ -80,16 +80,21 @@ def test_quality_targets_on_newsgroups() -> None:
     """
     import gzip
 
-    from stream_dedupe.config import DedupeParams
+    from stream_dedupe.config import BoilerplateConfig, DedupeParams
     from stream_dedupe.quality.evaluate import evaluate
 
     from .conftest import NEWSGROUPS, shared_file
 
     with gzip.open(shared_file(NEWSGROUPS)) as fh:
         raws = fh.read().splitlines()
-    report = evaluate(raws, DedupeParams(), datasketch=False)
+    # The truth is exact Jaccard on the full texts: score verification with learning off...
+    report = evaluate(raws, DedupeParams(boilerplate=BoilerplateConfig(learn=False)), datasketch=False)
     methods = {m.name: m.scores for m in report.methods}
     exact, estimate = methods["stream-dedupe verify=exact"], methods["stream-dedupe verify=estimate"]
     assert exact.true_pairs == 170  # shared/data/README.md: 170 pairs >= 0.8
     assert exact.recall >= 0.98 and exact.precision >= 0.99
     assert estimate.recall >= 0.90 and estimate.precision >= 0.95
+    # ...and the defaults (learned boilerplate on) still find the true pairs; the extra pairs they
+    # report are posts whose bodies match once shared lines (signatures, headers) are stripped
+    learned = {m.name: m.scores for m in evaluate(raws, DedupeParams(), datasketch=False).methods}
+    assert learned["stream-dedupe verify=exact"].recall >= 0.98

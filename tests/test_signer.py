@@ -82,11 +82,15 @@ def test_engine_with_signatures_from_another_signer_decides_identically(verify: 
     assert remote.counters["presigned"] == len(docs) and local.counters["presigned"] == 0
 
 
-def test_engine_signs_itself_when_boilerplate_learning_makes_signing_stateful() -> None:
+def test_with_learned_boilerplate_records_signed_elsewhere_are_reused_only_when_nothing_is_stripped() -> None:
     params = DedupeParams(boilerplate=BoilerplateConfig(True, 2))
-    engine = DedupeEngine(params, MemoryStore())
+    footer = "shared footer line of the portal pages here"
+    docs = [doc(d.doc_id, f"{d.text}\n{footer}") for d in documents()[:6]]  # type: ignore[union-attr]
+    engine, plain = DedupeEngine(params, MemoryStore()), DedupeEngine(params, MemoryStore())
     assert not engine.signer.stateless
-    docs = documents()[:6]
-    stale = Signer(DedupeParams()).sign([d.text for d in docs])
-    engine.process(docs, signed=stale)
-    assert engine.counters["presigned"] == 0
+    sign_stage = Signer(params)  # the worker's sign stage signs the unstripped text
+    first = engine.process(docs[:2], signed=sign_stage.sign([d.text for d in docs[:2]]))  # type: ignore[union-attr]
+    assert engine.counters["presigned"] == 2  # nothing learned yet: the records are right
+    rest = engine.process(docs[2:], signed=sign_stage.sign([d.text for d in docs[2:]]))  # type: ignore[union-attr]
+    assert engine.counters["presigned"] == 2  # the footer is learned now: stripped documents are signed again
+    assert first + rest == plain.process(docs[:2]) + plain.process(docs[2:])  # type: ignore[arg-type]

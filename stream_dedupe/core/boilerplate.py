@@ -69,6 +69,9 @@ class BoilerplateLearner:
     def strip_and_count(self, text: str, source: str | None, count: bool = True, doc_id: str = "") -> str:
         """Return ``text`` without its learned lines; then count its lines for this source.
 
+        A text with no words left once its learned lines are gone is returned whole (an empty
+        page would otherwise be dropped as ``empty-text``).
+
         Args:
             text: The raw document text.
             source: The document's ``source`` (documents without one share a pool).
@@ -80,20 +83,28 @@ class BoilerplateLearner:
         source = source or ""
         kept: list[str] = []
         seen: dict[bytes, str] = {}
-        for line in text.splitlines():
+        stripped = 0
+        words = False
+        for line in text.splitlines(keepends=True):
             form = _line_form(line)
             if form.count(" ") + 1 < self.config.min_tokens or not form:
                 kept.append(line)
+                words = words or bool(form)
                 continue
             key = line_key(source, form)
             if key in self.learned:
-                self.stripped_lines += 1
+                stripped += 1
                 continue
             kept.append(line)
+            words = True
             seen.setdefault(key, form)
         if count:
             self._count(seen, source, doc_id)
-        return "\n".join(kept)
+        if not words or not stripped:
+            # a document made only of learned lines keeps them: stripping never empties a page
+            return text
+        self.stripped_lines += stripped
+        return "".join(kept)  # line ends kept: header/footer patterns still see the same lines
 
     def _count(self, seen: dict[bytes, str], source: str, doc_id: str) -> None:
         state = self.state

@@ -141,14 +141,14 @@ class DedupeEngine:
             origins: Per record, where it came from (merged into ``invalid`` events).
             signed: Per record, its :class:`~stream_dedupe.core.signer.Signed` record when it was
                 signed elsewhere with this engine's parameters (the worker's sign stage), else None.
-                Ignored when the parameters learn boilerplate (signing then depends on the state).
+                With learned boilerplate, used only for documents from which no learned line is stripped.
 
         """
         docs, presigned = [], []
         for i, record in enumerate(records):
             if isinstance(record, Document):
                 docs.append(record)
-                presigned.append(signed[i] if signed is not None and self.signer.stateless else None)
+                presigned.append(signed[i] if signed is not None else None)
         prepared = self._prepare(docs, presigned)
         out: list[ev.Event] = []
         it = iter(prepared)
@@ -257,13 +257,16 @@ class DedupeEngine:
 
     # -- steps ------------------------------------------------------------------------------
     def _prepare(self, docs: list[Document], presigned: list[Signed | None]) -> list[_Prepared]:
-        todo = [i for i, s in enumerate(presigned) if s is None]
         signed = list(presigned)
+        texts = [d.text for d in docs]
+        if self.boilerplate is not None:
+            # every document is counted; a record signed elsewhere (from the unstripped text) is
+            # still right when no learned line was stripped from it: the common case
+            texts, stripped = self._strip_boilerplate(docs)
+            signed = [None if cut else s for s, cut in zip(signed, stripped, strict=True)]
+        todo = [i for i, s in enumerate(signed) if s is None]
         if todo:
-            texts = [docs[i].text for i in todo]
-            if self.boilerplate is not None:
-                texts = self._strip_boilerplate([docs[i] for i in todo])
-            for i, fresh in zip(todo, self.signer.sign(texts), strict=True):
+            for i, fresh in zip(todo, self.signer.sign([texts[i] for i in todo]), strict=True):
                 signed[i] = fresh
         self.counters["presigned"] += len(docs) - len(todo)
         prepared = self._prepared(docs, signed)
@@ -319,20 +322,27 @@ class DedupeEngine:
             for namespace in ("docs", "parent", "clusters"):
                 state.prefetch(namespace, list(roots))
 
-    def _strip_boilerplate(self, docs: list[Document]) -> list[str]:
-        """Strip learned lines; count the lines of documents seen for the first time."""
+    def _strip_boilerplate(self, docs: list[Document]) -> tuple[list[str], list[bool]]:
+        """Strip learned lines; count the lines of documents seen for the first time.
+
+        Returns:
+            The texts to sign, and per document whether any line was stripped from it.
+
+        """
         assert self.boilerplate is not None
         state, learner = self.state, self.boilerplate
         state.prefetch("docs", [d.doc_id.encode("utf-8") for d in docs])
         counted: set[str] = set()
-        before = learner.stripped_lines
-        texts = []
+        start = learner.stripped_lines
+        texts, stripped = [], []
         for doc in docs:
             first_time = doc.doc_id not in counted and state.get("docs", doc.doc_id.encode("utf-8")) is None
             counted.add(doc.doc_id)
+            before = learner.stripped_lines
             texts.append(learner.strip_and_count(doc.text, doc.source, count=first_time, doc_id=doc.doc_id))
-        self.counters["boilerplate_lines_stripped"] += learner.stripped_lines - before
-        return texts
+            stripped.append(learner.stripped_lines != before)
+        self.counters["boilerplate_lines_stripped"] += learner.stripped_lines - start
+        return texts, stripped
 
     def _decide(self, item: _Prepared, origin: dict[str, Any] | None = None) -> list[ev.Event]:
         doc = item.doc

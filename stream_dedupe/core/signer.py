@@ -8,8 +8,9 @@ and :func:`encode_signed` / :func:`decode_signed` carry them between processes w
 versioned byte layout. A :func:`params_fingerprint` in every encoded record lets the receiver
 refuse signatures made with other parameters (it then signs the document itself).
 
-Learned boilerplate makes signing depend on the state (lines learned so far), so a signer whose
-parameters learn boilerplate is not :attr:`Signer.stateless` and its records are not reused.
+Learned boilerplate makes signing depend on the state (lines learned so far): a signer whose
+parameters learn boilerplate is not :attr:`Signer.stateless`, and the engine reuses its records
+(signed from the unstripped text) only for documents from which no learned line is stripped.
 """
 
 from __future__ import annotations

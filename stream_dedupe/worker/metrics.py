@@ -58,6 +58,11 @@ class WorkerMetrics:
             registry=r,
         )
         self.clusters = Gauge("stream_dedupe_clusters", "Clusters in the state (singletons included).", registry=r)
+        self.largest_cluster = Gauge(
+            "stream_dedupe_largest_cluster_size",
+            "Members of the largest cluster (a runaway cluster means templates chain distinct pages).",
+            registry=r,
+        )
         self.hot_buckets = PromCounter(
             "stream_dedupe_hot_bucket_skips", "Band insertions skipped because the LSH bucket was full.", registry=r
         )
@@ -165,7 +170,7 @@ async def refresh_gauges(app: Any, rt: Any) -> None:
     if engine is not None:
         docs = rt.store.count("docs")
         m.state_documents.set(docs)
-        merged_away = 0
+        merged_away, largest = 0, 1 if docs else 0
         view = StateView(rt.store)  # not the engine's overlay: a batch may be between process and commit
         for i, (key, _) in enumerate(rt.store.items("clusters")):
             if i % 256 == 255:
@@ -173,7 +178,9 @@ async def refresh_gauges(app: Any, rt: Any) -> None:
             info = view.get_cluster(key.decode("utf-8"))
             if info is not None:
                 merged_away += info.size - 1
+                largest = max(largest, info.size)
         m.clusters.set(docs - merged_away)
+        m.largest_cluster.set(largest)
     sign = getattr(rt, "sign", None)  # this worker's sign stage: its input partitions
     if sign is not None:
         m.lag.clear()

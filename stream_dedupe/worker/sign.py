@@ -68,8 +68,9 @@ class SignStage:
         settings: Worker settings (input and index topics, group id from ``app_id``, batch size).
         producer: A started aiokafka producer (the stage's own, never transactional).
         metrics: The worker's metrics (records forwarded).
-        signer: Signs with the parameters the workers are configured with; None forwards
-            unsigned records (parameters that learn boilerplate: signing needs the state).
+        signer: Signs with the parameters the workers are configured with (from the unstripped
+            text: with learned boilerplate the decide stage signs again only the documents a
+            learned line is stripped from); None forwards unsigned records.
 
     """
 
@@ -77,7 +78,7 @@ class SignStage:
         self.settings = settings
         self.metrics = metrics
         self.producer = producer
-        self.signer = signer if signer is not None and signer.stateless else None
+        self.signer = signer
         self.consumer: Any = None
         #: True once the sign group gave this worker an assignment (possibly empty).
         self.joined = False
