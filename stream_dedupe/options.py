@@ -14,7 +14,8 @@ NumPermOpt = Annotated[int | None, typer.Option(help="MinHash permutations [defa
 ShingleOpt = Annotated[str | None, typer.Option(help="Shingles: word:K or char:K [default: word:3].")]
 LshMarginOpt = Annotated[float | None, typer.Option(help="LSH tuned for threshold minus this [default: 0.2].")]
 LearnOpt = Annotated[
-    bool | None, typer.Option("--learn-boilerplate/--no-learn-boilerplate", help="Learn and strip boilerplate lines [default: on].")
+    bool | None,
+    typer.Option("--learn-boilerplate/--no-learn-boilerplate", help="Learn and strip boilerplate lines [default: on]."),
 ]
 MinDocsOpt = Annotated[int | None, typer.Option(help="Documents of a source a line must occur in [default: 100].")]
 MinLineTokensOpt = Annotated[int | None, typer.Option(help="Shorter lines are never boilerplate [default: 3].")]

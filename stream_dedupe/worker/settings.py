@@ -175,7 +175,8 @@ class WorkerSettings:
             given["shingle"] = ShingleSpec.parse(self.shingle)
         if self.boilerplate_min_docs is not None:
             learn = self.boilerplate_min_docs > 0
-            given["boilerplate"] = BoilerplateConfig(True, self.boilerplate_min_docs) if learn else BoilerplateConfig(False)
+            min_docs = self.boilerplate_min_docs
+            given["boilerplate"] = BoilerplateConfig(True, min_docs) if learn else BoilerplateConfig(False)
         return {k: v for k, v in given.items() if v is not None}
 
     def params(self, stored: DedupeParams | None) -> DedupeParams:
