@@ -179,6 +179,26 @@ def _type(shapes: dict[str, Any], ref: dict[str, Any]) -> str:
     return str(shapes.get(ref.get("shape", ""), {}).get("type", "string"))
 
 
+def _shape_lines(shapes: dict[str, Any], ref: dict[str, Any], indent: str, depth: int) -> list[str]:
+    """Enum values and nested members of a member's shape, as the CLI help shows them."""
+    shape = shapes.get(ref.get("shape", ""), {})
+    lines = []
+    if shape.get("enum"):
+        lines.append(f"{indent}Possible values: {', '.join(str(v) for v in shape['enum'][:40])}")
+    if shape.get("type") == "list":
+        shape = shapes.get(shape.get("member", {}).get("shape", ""), {})
+    if shape.get("type") == "structure" and depth > 0:
+        for sub, sub_ref in shape.get("members", {}).items():
+            lines.append(f"{indent}{sub} -> ({_type(shapes, sub_ref)})")
+            doc = strip_html(
+                sub_ref.get("documentation") or shapes.get(sub_ref.get("shape", ""), {}).get("documentation")
+            )
+            if doc:
+                lines.append(indent + doc)
+            lines += _shape_lines(shapes, sub_ref, indent + "  ", depth - 1)
+    return lines
+
+
 def _members(shapes: dict[str, Any], shape_name: str | None, arrow: bool, skip: frozenset[str]) -> list[str]:
     shape = shapes.get(shape_name or "", {})
     lines = []
@@ -194,15 +214,16 @@ def _members(shapes: dict[str, Any], shape_name: str | None, arrow: bool, skip: 
             lines.append(f"--{xform_name(member)} ({kind}){' [required]' if member in required else ''}")
         if doc:
             lines.append(doc)
-        nested = shapes.get(ref.get("shape", ""), {})
-        if kind == "structure" and arrow:
-            for sub, sub_ref in nested.get("members", {}).items():
-                lines.append(f"  {sub} -> ({_type(shapes, sub_ref)})")
+        lines += _shape_lines(shapes, ref, "  ", 2)
     return lines
 
 
-def render(service: str, op_name: str, track: Track) -> tuple[str, str]:
-    """The reference page of one operation in one track, and its one-line description."""
+def render(service: str, op_name: str, track: Track, layout: str = "v2") -> tuple[str, str]:
+    """The reference page of one operation in one track, and its one-line description.
+
+    ``layout`` ``v2`` (the AWS CLI v2 reference) carries the global options section on every page;
+    ``v1`` points to ``aws help`` instead, as the v1 help does.
+    """
     model, shapes = track.model, track.model.get("shapes", {})
     op = model["operations"][op_name]
     command = xform_name(op_name)
@@ -243,7 +264,7 @@ def render(service: str, op_name: str, track: Track) -> tuple[str, str]:
     if paginated:
         parts.append(PAGINATION.format(name=command))
     parts += [
-        GLOBAL_OPTIONS,
+        GLOBAL_OPTIONS if layout == "v2" else "See 'aws help' for descriptions of global parameters.",
         "Output",
         *(_members(shapes, op.get("output", {}).get("shape"), True, frozenset()) or ["None"]),
     ]
@@ -269,7 +290,9 @@ def installed_release() -> Release:
     return Release(botocore.__version__, Path(os.path.dirname(botocore.__file__)) / "data")
 
 
-def generate(releases: list[Release], entities: int | None, seed: int, max_tracks: int) -> Iterator[dict[str, Any]]:
+def generate(
+    releases: list[Release], entities: int | None, seed: int, max_tracks: int, layout: str = "v2"
+) -> Iterator[dict[str, Any]]:
     """Pages of ``entities`` operations drawn with ``seed`` (None: all), up to ``max_tracks`` each.
 
     The first release is the newest; an operation's tracks are, in order: each release's newest
@@ -300,7 +323,7 @@ def generate(releases: list[Release], entities: int | None, seed: int, max_track
             track = load(release, service, api)
             if op not in track.model.get("operations", {}):
                 continue
-            text, query = render(service, op, track)
+            text, query = render(service, op, track, layout)
             command = xform_name(op)
             yield {
                 "id": f"{service}.{command}@{track.release}/{api}",
@@ -326,6 +349,7 @@ def main() -> None:
     parser.add_argument("--old-release", default=DEFAULT_OLD_RELEASE, help="older botocore release, second track")
     parser.add_argument("--no-old-release", action="store_true", help="only the installed botocore")
     parser.add_argument("--wheel-dir", type=Path, default=DEFAULT_WHEEL_DIR)
+    parser.add_argument("--layout", choices=("v2", "v1"), default="v2", help="v2: global options on every page")
     args = parser.parse_args()
     releases = [installed_release()]
     if not args.no_old_release:
@@ -334,7 +358,7 @@ def main() -> None:
     n = 0
     entities: set[str] = set()
     with open(args.out, "wb") as out:
-        for doc in generate(releases, args.entities or None, args.seed, args.max_tracks):
+        for doc in generate(releases, args.entities or None, args.seed, args.max_tracks, args.layout):
             out.write(orjson.dumps(doc) + b"\n")
             n += 1
             entities.add(doc["entity"])
