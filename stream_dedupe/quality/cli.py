@@ -116,7 +116,7 @@ def retrieval_eval_command(
     label_field: Annotated[
         str | None, typer.Option(help="Documents with the same value are the same document (relevance, redundancy).")
     ] = None,
-    max_queries: Annotated[int | None, typer.Option(help="Draw this many known-item queries (seeded).")] = 2000,
+    max_queries: Annotated[int, typer.Option(help="Draw this many known-item queries (seeded; 0: all).")] = 2000,
     query_seed: Annotated[int, typer.Option(help="Seed of the query draw.")] = 1,
     k: Annotated[int, typer.Option("--k", help="Cutoff of recall, nDCG, MRR and redundancy.")] = 5,
     alias: Annotated[
@@ -174,7 +174,7 @@ def retrieval_eval_command(
     elif topics is not None and qrels is not None:
         query_set = load_trec(topics, qrels)
     else:
-        query_set = known_item_queries(docs, query_field, query_pattern, label_field, max_queries, query_seed)
+        query_set = known_item_queries(docs, query_field, query_pattern, label_field, max_queries or None, query_seed)
     report = retrieval_eval(docs, query_set, result, params, k, "any" if alias == "any" else "verified", label_field)
     if json_out:
         sys.stdout.write(orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2).decode() + "\n")

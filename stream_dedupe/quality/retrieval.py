@@ -34,13 +34,12 @@ def require_tools() -> None:
         ConfigError: naming the missing packages and the install command.
 
     """
-    import importlib.util
-
-    missing = [
-        name
-        for name, module in (("bm25s", "bm25s"), ("ir-measures", "ir_measures"))
-        if importlib.util.find_spec(module) is None
-    ]
+    missing = []
+    for name, module in (("bm25s", "bm25s"), ("ir-measures", "ir_measures")):
+        try:
+            __import__(module)
+        except ImportError:
+            missing.append(name)
     if missing:
         raise ConfigError(f"retrieval-eval needs {' and '.join(missing)}: {_INSTALL}")
 
@@ -123,6 +122,9 @@ class RetrievalReport:
     after: IndexScores
     lost: list[LostQuery]
     gained: list[str]
+    dropped: int = 0
+    dropped_across_labels: int | None = None
+    ideal: IndexScores | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -134,8 +136,11 @@ class RetrievalReport:
             "threshold": self.threshold,
             "alias": self.alias,
             "redundancy_by": self.redundancy_by,
+            "dropped": self.dropped,
+            "dropped_across_labels": self.dropped_across_labels,
             "before": self.before.to_json(),
             "after": self.after.to_json(),
+            "ideal": None if self.ideal is None else self.ideal.to_json(),
             "queries_lost": len(self.lost),
             "queries_gained": len(self.gained),
             "lost": [q.to_json() for q in self.lost],
@@ -298,7 +303,7 @@ def retrieval_eval(
             lost.append(LostQuery(q.query_id, q.text, dropped, tuple(shown_after)))
         elif hit_after and not hit_before:
             gained.append(q.query_id)
-    return RetrievalReport(
+    report = RetrievalReport(
         len(ids),
         len(kept),
         len(queries),
@@ -310,4 +315,38 @@ def retrieval_eval(
         scores_after,
         lost,
         gained,
+        dropped=len(result.representative.keys() & position.keys()),
     )
+    if label_field is not None:
+        report.dropped_across_labels = sum(
+            labels.get(d) is None or labels.get(d) != labels.get(rep)
+            for d, rep in result.representative.items()
+            if d in position
+        )
+        report.ideal = _ideal(docs, queries, qrels_before, label_field, k, duplicate)
+    return report
+
+
+def _ideal(
+    docs: list[dict[str, Any]],
+    queries: list[Query],
+    qrels: dict[str, set[str]],
+    label_field: str,
+    k: int,
+    duplicate: Any,
+) -> IndexScores:
+    """The index a perfect dedup would keep: the first document of each label (unlabelled: all)."""
+    first: dict[Any, str] = {}
+    keep: list[int] = []
+    stands_for: dict[str, str] = {}
+    for i, doc in enumerate(docs):
+        label = doc.get(label_field)
+        if label is None or label not in first:
+            keep.append(i)
+            if label is not None:
+                first[label] = doc["id"]
+        stands_for[doc["id"]] = doc["id"] if label is None else first[label]
+    hits = bm25_search([docs[i]["text"] for i in keep], [q.text for q in queries], k)
+    ranked = {q.query_id: [(docs[keep[i]]["id"], s) for i, s in h] for q, h in zip(queries, hits, strict=True)}
+    ideal_qrels = {qid: {stands_for[d] for d in rel} for qid, rel in qrels.items()}
+    return _measure("one per label (ideal)", ranked, ideal_qrels, k, duplicate, len(keep))

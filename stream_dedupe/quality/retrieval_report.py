@@ -19,7 +19,7 @@ def render_retrieval(console: Console, report: RetrievalReport, show: int = 10) 
     table = Table(title=f"BM25 before and after dedup (k = {k})", title_justify="left")
     for column in ("index", "documents", f"recall@{k}", f"success@{k}", f"nDCG@{k}", f"MRR@{k}", f"redundancy@{k}"):
         table.add_column(column, justify="left" if column == "index" else "right")
-    for s in (report.before, report.after):
+    for s in (report.before, report.after, *([report.ideal] if report.ideal else [])):
         table.add_row(
             s.name,
             f"{s.documents:,}",
@@ -31,6 +31,11 @@ def render_retrieval(console: Console, report: RetrievalReport, show: int = 10) 
         )
     console.print(table)
     console.print(f"queries lost: {len(report.lost):,}; gained: {len(report.gained):,}")
+    if report.dropped_across_labels is not None:
+        console.print(
+            f"dropped documents: {report.dropped:,}, of which {report.dropped_across_labels:,} "
+            "replaced by a document of another label (false duplicates by the labels)"
+        )
     if not report.lost or show <= 0:
         return
     lost = Table(title=f"lost queries (first {min(show, len(report.lost))})", title_justify="left")
