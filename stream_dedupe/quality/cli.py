@@ -220,7 +220,10 @@ def _dedup_result(
 
     store = MemoryStore()
     limits = RuntimeLimits(batch_size=batch_size)
-    run(DedupeEngine(params, store, limits), corpus, None, batch_size, limits.max_doc_bytes)
+    outcome = run(DedupeEngine(params, store, limits), corpus, None, batch_size, limits.max_doc_bytes)
+    if outcome.interrupted:
+        # a partial dedup would count the unread documents as kept: measure nothing rather than that
+        raise typer.Exit(130)
     return DedupResult.from_store(store), params
 
 
