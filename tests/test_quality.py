@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -98,3 +99,62 @@ def test_quality_targets_on_newsgroups() -> None:
     # report are posts whose bodies match once shared lines (signatures, headers) are stripped
     learned = {m.name: m.scores for m in evaluate(raws, DedupeParams(), datasketch=False).methods}
     assert learned["stream-dedupe verify=exact"].recall >= 0.98
+
+
+def test_index_check_residual_and_loss_on_a_hand_built_result() -> None:
+    from stream_dedupe.quality.dedup_result import DedupResult
+    from stream_dedupe.quality.index_check import index_check
+
+    ids = ["d0", "d1", "d2", "d3", "d4"]
+    ranges = [(0, 100), (0, 95), (50, 150), (1000, 1100), (1000, 1090)]
+    sets = [np.arange(a, b, dtype=np.uint32) for a, b in ranges]
+    truth = similar_pairs(sets, 0.8)
+    assert set(truth) == {(0, 1), (3, 4)}  # J(d0, d1) = 0.95, J(d3, d4) = 0.9, J(d0, d2) = 1/3
+    chained = DedupResult.from_clusters([{"cluster": "c", "canonical": "d0", "members": ["d0", "d1", "d2"]}])
+    check = index_check(ids, sets, truth, chained, 0.8)
+    assert (check.kept, check.dropped) == (3, 2)
+    assert (check.residual_pairs, check.residual_documents) == (1, 2)  # d3 and d4 both indexed
+    assert check.lost == 1 and check.lost_examples == [{"id": "d2", "representative": "d0", "similarity": 0.333333}]
+    assert (check.largest_component, check.largest_cover) == (3, 3)
+    covered = DedupResult.from_clusters(
+        [
+            {
+                "cluster": "c",
+                "canonical": "d0",
+                "members": [{"id": "d0"}, {"id": "d1", "representative": "d0"}, {"id": "d2", "representative": None}],
+            }
+        ]
+    )
+    check = index_check(ids, sets, truth, covered, 0.8)
+    assert (check.kept, check.lost, check.largest_component, check.largest_cover) == (4, 0, 3, 2)
+
+
+def test_eval_reports_index_checks(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import orjson
+
+    from .helpers import corpus
+
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(b"".join(orjson.dumps({"id": i, "text": t}) + b"\n" for i, t in corpus()))
+    out = subprocess.run(
+        [sys.executable, "-m", "stream_dedupe", "eval", str(path), "--json", "--no-datasketch"],
+        capture_output=True,
+        timeout=300,
+        check=True,
+    ).stdout
+    methods = {m["method"]: m for m in orjson.loads(out)["methods"]}
+    exact = methods["stream-dedupe verify=exact"]["index"]
+    # 30 families of 3 near-copies and 30 singles: one page per family stays, nothing is lost
+    assert (exact["kept"], exact["dropped"], exact["lost"], exact["residual_duplicate_pairs"]) == (60, 60, 0, 0)
+    assert exact["largest_component"] == 3
+    assert methods["stream-dedupe verify=estimate"]["index"]["kept"] >= 60
+    table = subprocess.run(
+        [sys.executable, "-m", "stream_dedupe", "eval", str(path), "--no-datasketch"],
+        capture_output=True,
+        timeout=300,
+        check=True,
+    ).stdout
+    assert b"what the index keeps" in table and b"residual" in table

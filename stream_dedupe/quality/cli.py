@@ -96,3 +96,144 @@ def tune(
         f"{len(result.pairs):,} candidate pairs; wrote {out / 'lsh-scurve.png'} and "
         f"{out / 'borderline.html'} ({shown} borderline pairs)"
     )
+
+
+def retrieval_eval_command(
+    corpus: CorpusArg,
+    queries: Annotated[str | None, typer.Option(help='JSONL queries {"query_id", "query", "relevant": [ids]}.')] = None,
+    topics: Annotated[
+        str | None, typer.Option(help="TREC topics (<top> blocks or qid<TAB>query), with --qrels.")
+    ] = None,
+    qrels: Annotated[
+        str | None, typer.Option(help="TREC qrels (qid iteration docid relevance), with --topics.")
+    ] = None,
+    query_field: Annotated[
+        str | None, typer.Option(help="Known-item query from this field [default: query, else title, else line 1].")
+    ] = None,
+    query_pattern: Annotated[
+        str | None, typer.Option(help="Known-item query: first match of this regex in the text (group 1).")
+    ] = None,
+    label_field: Annotated[
+        str | None, typer.Option(help="Documents with the same value are the same document (relevance, redundancy).")
+    ] = None,
+    max_queries: Annotated[int, typer.Option(help="Draw this many known-item queries (seeded; 0: all).")] = 2000,
+    query_seed: Annotated[int, typer.Option(help="Seed of the query draw.")] = 1,
+    k: Annotated[int, typer.Option("--k", help="Cutoff of recall, nDCG, MRR and redundancy.")] = 5,
+    alias: Annotated[
+        str, typer.Option(help="verified: a representative answers for a dropped document only at J >= threshold; any.")
+    ] = "verified",
+    state: Annotated[Path | None, typer.Option(help="Read the dedup result from this state.")] = None,
+    clusters: Annotated[str | None, typer.Option(help="Read the dedup result from a clusters export.")] = None,
+    events: Annotated[str | None, typer.Option(help="Read the dedup result from an events file.")] = None,
+    threshold: ThresholdOpt = None,
+    num_perm: NumPermOpt = None,
+    seed: Annotated[int | None, typer.Option(help="MinHash seed [default: 1].")] = None,
+    shingle: ShingleOpt = None,
+    min_tokens: Annotated[int | None, typer.Option(help="Shorter documents: exact match only [default: 10].")] = None,
+    lsh_margin: LshMarginOpt = None,
+    estimate_margin: Annotated[float | None, typer.Option(help="--verify estimate margin [default: 0.01].")] = None,
+    verify: Annotated[str | None, typer.Option(help="Verification: estimate or exact [default: estimate].")] = None,
+    learn_boilerplate: LearnOpt = None,
+    boilerplate_min_docs: MinDocsOpt = None,
+    boilerplate_min_tokens: MinLineTokensOpt = None,
+    batch_size: Annotated[int, typer.Option(help="Documents per engine batch.")] = 512,
+    show: Annotated[int, typer.Option(help="Lost queries listed in the table.")] = 10,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of tables.")] = False,
+) -> None:
+    """BM25 retrieval before and after dedup: recall, nDCG, MRR, redundancy@k, and every query lost."""
+    import orjson
+
+    from stream_dedupe.errors import ConfigError
+    from stream_dedupe.quality.queries import known_item_queries, load_corpus, load_query_file, load_trec
+    from stream_dedupe.quality.retrieval import require_tools, retrieval_eval
+    from stream_dedupe.quality.retrieval_report import render_retrieval
+
+    require_tools()
+    if alias not in ("verified", "any"):
+        raise ConfigError(f"--alias must be verified or any, got {alias!r}")
+    if sum(x is not None for x in (state, clusters, events)) > 1:
+        raise ConfigError("give at most one of --state, --clusters and --events (none: dedup the corpus here)")
+    if (topics is None) != (qrels is None):
+        raise ConfigError("--topics and --qrels go together")
+    overrides = {
+        "threshold": threshold,
+        "num_perm": num_perm,
+        "seed": seed,
+        "min_tokens": min_tokens,
+        "lsh_margin": lsh_margin,
+        "estimate_margin": estimate_margin,
+        "verify": verify,
+        "shingle": shingle,
+        "boilerplate": boilerplate_config(learn_boilerplate, boilerplate_min_docs, boilerplate_min_tokens),
+    }
+    params = _params(overrides)
+    docs = load_corpus(corpus)
+    result, params = _dedup_result(corpus, params, state, clusters, events, batch_size)
+    if queries is not None:
+        query_set = load_query_file(queries)
+    elif topics is not None and qrels is not None:
+        query_set = load_trec(topics, qrels)
+    else:
+        query_set = known_item_queries(docs, query_field, query_pattern, label_field, max_queries or None, query_seed)
+    report = retrieval_eval(docs, query_set, result, params, k, "any" if alias == "any" else "verified", label_field)
+    if json_out:
+        sys.stdout.write(orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        render_retrieval(Console(), report, show)
+
+
+def _params(overrides: dict[str, Any]) -> DedupeParams:
+    from stream_dedupe.cli import resolve_params
+
+    shingle = overrides.get("shingle")
+    return resolve_params(None, {**overrides, "shingle": ShingleSpec.parse(shingle) if shingle else None})
+
+
+def _dedup_result(
+    corpus: list[str],
+    params: DedupeParams,
+    state: Path | None,
+    clusters: str | None,
+    events: str | None,
+    batch_size: int,
+) -> tuple[Any, DedupeParams]:
+    """The dedup result to evaluate, and the parameters of its exact Jaccard."""
+    from stream_dedupe.quality.dedup_result import DedupResult
+
+    if clusters is not None:
+        return DedupResult.from_clusters_file(clusters), params
+    if events is not None:
+        return DedupResult.from_events_file(events), params
+    if state is not None:
+        from stream_dedupe.cli import _open_existing
+        from stream_dedupe.core.engine import stored_params
+
+        store = _open_existing(state)
+        try:
+            return DedupResult.from_store(store), stored_params(store) or params
+        finally:
+            store.close()
+    from stream_dedupe.config import RuntimeLimits
+    from stream_dedupe.core.engine import DedupeEngine
+    from stream_dedupe.embedded import run
+    from stream_dedupe.storage.memory import MemoryStore
+
+    store = MemoryStore()
+    limits = RuntimeLimits(batch_size=batch_size)
+    outcome = run(DedupeEngine(params, store, limits), corpus, None, batch_size, limits.max_doc_bytes)
+    if outcome.interrupted:
+        # a partial dedup would count the unread documents as kept: measure nothing rather than that
+        raise typer.Exit(130)
+    return DedupResult.from_store(store), params
+
+
+def _register_retrieval_eval() -> None:
+    # stream_dedupe/cli.py registers eval and tune by name; retrieval-eval registers itself here,
+    # once the root app exists (this module is imported by stream_dedupe.cli after app is made).
+    import stream_dedupe.cli as root
+
+    if not any(c.name == "retrieval-eval" for c in root.app.registered_commands):
+        root.app.command("retrieval-eval")(retrieval_eval_command)
+
+
+_register_retrieval_eval()

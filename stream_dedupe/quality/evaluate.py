@@ -21,6 +21,8 @@ from stream_dedupe.core.minhash import MinHasher
 from stream_dedupe.core.normalize import Normalizer
 from stream_dedupe.core.records import parse_document
 from stream_dedupe.quality.allpairs import similar_pairs
+from stream_dedupe.quality.dedup_result import DedupResult
+from stream_dedupe.quality.index_check import IndexCheck, index_check
 from stream_dedupe.quality.metrics import PairScores, adjusted_rand_index, components, pair_scores
 from stream_dedupe.storage.memory import MemoryStore
 
@@ -44,6 +46,7 @@ class MethodResult:
     seconds: float
     recall_by_label: dict[str, float] = field(default_factory=dict)
     families: dict[str, int] = field(default_factory=dict)
+    index: IndexCheck | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -62,6 +65,7 @@ class MethodResult:
             "seconds": self.seconds,
             "recall_by_label": self.recall_by_label,
             "families": self.families,
+            "index": None if self.index is None else self.index.to_json(),
         }
 
 
@@ -141,7 +145,9 @@ def _score(
     return result
 
 
-def _engine_pairs(params: DedupeParams, raws: list[bytes], index: dict[str, int]) -> tuple[set[tuple[int, int]], float]:
+def _engine_pairs(
+    params: DedupeParams, raws: list[bytes], index: dict[str, int]
+) -> tuple[set[tuple[int, int]], float, DedupResult]:
     store = MemoryStore()
     engine = DedupeEngine(params, store)
     for start in range(0, len(raws), 512):
@@ -166,7 +172,7 @@ def _engine_pairs(params: DedupeParams, raws: list[bytes], index: dict[str, int]
                 for y in groups.get(b, [b]):
                     link(x, y)
     docs = max(engine.counters["documents"], 1)
-    return pairs, engine.counters["candidates"] / docs
+    return pairs, engine.counters["candidates"] / docs, DedupResult.from_store(store)
 
 
 def evaluate(raws: list[bytes], params: DedupeParams, datasketch: bool = True) -> EvalReport:
@@ -202,10 +208,10 @@ def evaluate(raws: list[bytes], params: DedupeParams, datasketch: bool = True) -
     methods = []
     for mode in ("estimate", "exact"):
         started = time.perf_counter()
-        predicted, candidates = _engine_pairs(replace(params, verify=mode), raws, index)
-        methods.append(
-            _score(f"stream-dedupe verify={mode}", truth, predicted, candidates, time.perf_counter() - started)
-        )
+        predicted, candidates, result = _engine_pairs(replace(params, verify=mode), raws, index)
+        method = _score(f"stream-dedupe verify={mode}", truth, predicted, candidates, time.perf_counter() - started)
+        method.index = index_check(list(index), sets, pairs, result, params.threshold)
+        methods.append(method)
     if datasketch:
         methods.append(_datasketch(params, buf, offsets, scope, truth))
     return EvalReport(len(docs), len(scope), params.threshold, truth_seconds, methods)

@@ -65,3 +65,38 @@ def render_report(console: Console, report: EvalReport) -> None:
         for m in report.methods:
             by_label.add_row(m.name, *(_pct(m.recall_by_label.get(label)) for label in labels))
         console.print(by_label)
+    _render_index_checks(console, report)
+
+
+def _render_index_checks(console: Console, report: EvalReport) -> None:
+    """What each engine run left in the index: residual duplicates, loss, largest groups."""
+    checked = [m for m in report.methods if m.index is not None]
+    if not checked:
+        return
+    table = Table(title=f"what the index keeps (label-free, exact Jaccard >= {report.threshold})", title_justify="left")
+    columns = ("method", "kept", "dropped", "residual dup. pairs", "lost", "largest cluster", "largest cover")
+    for column in columns:
+        table.add_column(column, justify="left" if column == "method" else "right")
+    for m in checked:
+        c = m.index
+        assert c is not None
+        table.add_row(
+            m.name,
+            f"{c.kept:,}",
+            f"{c.dropped:,}",
+            f"{c.residual_pairs:,}",
+            f"{c.lost:,}",
+            f"{c.largest_component:,}",
+            f"{c.largest_cover:,}",
+        )
+    console.print(table)
+    console.print(
+        "residual: indexed pairs still at or above the threshold; lost: dropped documents below it "
+        "against the document that replaced them (must be 0 with --verify exact)"
+    )
+    for m in checked:
+        assert m.index is not None
+        for lost in m.index.lost_examples[:3]:
+            console.print(
+                f"  {m.name}: lost {lost['id']} (represented by {lost['representative']}, J = {lost['similarity']:.3f})"
+            )
