@@ -9,20 +9,16 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
-
-import mmh3
-import numpy as np
 
 from stream_dedupe.config import DedupeParams, RuntimeLimits
 from stream_dedupe.core import events as ev
 from stream_dedupe.core.bandindex import LshIndex
+from stream_dedupe.core.batch import BatchPreparer, Prepared, rebuild_index
 from stream_dedupe.core.boilerplate import BoilerplateLearner
 from stream_dedupe.core.canonical import CanonicalKey
 from stream_dedupe.core.cover import CoverChange, StateCoverGraph, later_neighbours, update_cover
 from stream_dedupe.core.detach import detach
-from stream_dedupe.core.normalize import title_key
 from stream_dedupe.core.records import Deletion, Document, Invalid, Record, parse_document
 from stream_dedupe.core.signer import Signed, Signer
 from stream_dedupe.core.unionfind import ClusterInfo, UnionFind
@@ -35,18 +31,6 @@ _PARAMS_KEY = b"params"
 #: Counters of document outcomes, which a carrier decided again does not count twice.
 _DOCUMENT_COUNTERS = ("documents", "replaced", "new", "new_in_cluster", "duplicates", "exact_duplicates")
 _SEQ_KEY = b"seq"
-
-
-@dataclass
-class _Prepared:
-    doc: Document
-    content_hash: bytes
-    length: int
-    tokens: int
-    title_key: str | None = None
-    signature: np.ndarray | None = None
-    band_hashes: np.ndarray | None = None
-    shingle_set: np.ndarray | None = None
 
 
 class DedupeEngine:
@@ -75,6 +59,7 @@ class DedupeEngine:
         self.boilerplate = (
             BoilerplateLearner(self.params.boilerplate, self.state) if self.params.boilerplate.learn else None
         )
+        self.preparer = BatchPreparer(self.params, self.state, self.signer, self.boilerplate, self.counters)
         self.seq = int(self.state.get_json(_SEQ_KEY) or 0)
         bands, rows = self.params.band_layout
         self.lsh = LshIndex(bands, rows, self.limits.max_bucket_size)
@@ -84,25 +69,7 @@ class DedupeEngine:
         """Rebuild the in-memory band tables from the signatures in the state (start-up, recovery)."""
         bands, rows = self.params.band_layout
         self.lsh = LshIndex(bands, rows, self.limits.max_bucket_size)
-        chunk: list[tuple[bytes, bytes]] = []
-        for item in self.store.items("sigs"):
-            chunk.append(item)
-            if len(chunk) == 4096:
-                self._index_chunk(chunk)
-                chunk = []
-        self._index_chunk(chunk)
-
-    def _index_chunk(self, chunk: list[tuple[bytes, bytes]]) -> None:
-        if not chunk:
-            return
-        records = self.store.get_many("docs", [k for k, _ in chunk])
-        indexed = [(k, v) for (k, v), r in zip(chunk, records, strict=True) if r and DocRecord.decode(r).indexed]
-        if not indexed:
-            return
-        sigs = np.frombuffer(b"".join(v for _, v in indexed), dtype="<u4").reshape(len(indexed), -1)
-        hashes = self.lsh.hashes(sigs)
-        for (key, _), row in zip(indexed, hashes, strict=True):
-            self.lsh.add(key.decode("utf-8"), row)
+        rebuild_index(self.store, self.lsh)
 
     def _check_params(self) -> None:
         wanted = self.params.to_state()
@@ -149,7 +116,7 @@ class DedupeEngine:
             if isinstance(record, Document):
                 docs.append(record)
                 presigned.append(signed[i] if signed is not None else None)
-        prepared = self._prepare(docs, presigned)
+        prepared = self.preparer.prepare(docs, presigned, self.lsh)
         out: list[ev.Event] = []
         it = iter(prepared)
         for i, record in enumerate(records):
@@ -191,7 +158,7 @@ class DedupeEngine:
         texts = [learner.strip_and_count(d.text, d.source, count=False) for d in docs]
         events: list[ev.Event] = []
         kept = {key: self.counters[key] for key in _DOCUMENT_COUNTERS}
-        for item in self._prepared(docs, self.signer.sign(texts)):
+        for item in self.preparer.keyed(docs, self.signer.sign(texts), self.lsh):
             prior = self.state.doc(item.doc.doc_id)
             if prior is None or prior.content_hash == item.content_hash or item.tokens == 0:
                 continue
@@ -256,95 +223,7 @@ class DedupeEngine:
         return self.signer.normalizer.normalize(text)
 
     # -- steps ------------------------------------------------------------------------------
-    def _prepare(self, docs: list[Document], presigned: list[Signed | None]) -> list[_Prepared]:
-        signed = list(presigned)
-        texts = [d.text for d in docs]
-        if self.boilerplate is not None:
-            # every document is counted; a record signed elsewhere (from the unstripped text) is
-            # still right when no learned line was stripped from it: the common case
-            texts, stripped = self._strip_boilerplate(docs)
-            signed = [None if cut else s for s, cut in zip(signed, stripped, strict=True)]
-        todo = [i for i, s in enumerate(signed) if s is None]
-        if todo:
-            for i, fresh in zip(todo, self.signer.sign([texts[i] for i in todo]), strict=True):
-                signed[i] = fresh
-        self.counters["presigned"] += len(docs) - len(todo)
-        prepared = self._prepared(docs, signed)
-        self.state.prefetch("exact", [p.content_hash for p in prepared])
-        self._prefetch_neighbours(prepared)
-        return prepared
-
-    def _prepared(self, docs: list[Document], signed: Sequence[Signed | None]) -> list[_Prepared]:
-        """Documents with their signatures, identity keys and band hashes."""
-        prepared = []
-        guard = self.params.title_guard
-        for doc, record in zip(docs, signed, strict=True):
-            assert record is not None
-            content_hash, key = record.content_hash, title_key(doc.title) if guard else None
-            if key is not None:
-                # the title is part of the identity: identical texts under different titles are distinct
-                content_hash = mmh3.hash_bytes(content_hash + bytes.fromhex(key))
-            prepared.append(_Prepared(doc, content_hash, record.length, record.tokens, key, record.signature))
-            prepared[-1].shingle_set = record.shingle_set
-        with_sig = [p for p in prepared if p.signature is not None]
-        if with_sig:
-            band_hashes = self.lsh.hashes(np.stack([p.signature for p in with_sig if p.signature is not None]))
-            for entry, row in zip(with_sig, band_hashes, strict=True):
-                entry.band_hashes = row
-        return prepared
-
-    def _prefetch_neighbours(self, prepared: list[_Prepared]) -> None:
-        """Load, with one multi-get per namespace, what deciding the batch will read.
-
-        The documents already in the state that a batch document can match are its exact-content
-        group and its LSH candidates; reading their records one by one was most of the engine's
-        time on duplicate-heavy input.
-        """
-        state = self.state
-        state.prefetch("docs", [p.doc.doc_id.encode("utf-8") for p in prepared])
-        # Documents seen before (re-crawls) are read back too: their old version may be detached.
-        ids = {p.doc.doc_id for p in prepared if state.get("docs", p.doc.doc_id.encode("utf-8")) is not None}
-        signed = []
-        for item in prepared:
-            group = state.exact_group(item.content_hash)
-            if group:
-                ids.add(group[0])
-            elif item.band_hashes is not None:
-                signed.append(item.band_hashes)
-        if signed:
-            ids |= self.lsh.query_many(np.stack(signed))
-        keys = [i.encode("utf-8") for i in ids]
-        for namespace in ("docs", "parent", "clusters", "edges", "sets" if self.params.verify == "exact" else "sigs"):
-            state.prefetch(namespace, keys)
-        # Union-find roots of those documents (one level; paths are compressed as they are used).
-        roots = {p for p in (state.get("parent", k) for k in keys) if p is not None}
-        if roots:
-            for namespace in ("docs", "parent", "clusters"):
-                state.prefetch(namespace, list(roots))
-
-    def _strip_boilerplate(self, docs: list[Document]) -> tuple[list[str], list[bool]]:
-        """Strip learned lines; count the lines of documents seen for the first time.
-
-        Returns:
-            The texts to sign, and per document whether any line was stripped from it.
-
-        """
-        assert self.boilerplate is not None
-        state, learner = self.state, self.boilerplate
-        state.prefetch("docs", [d.doc_id.encode("utf-8") for d in docs])
-        counted: set[str] = set()
-        start = learner.stripped_lines
-        texts, stripped = [], []
-        for doc in docs:
-            first_time = doc.doc_id not in counted and state.get("docs", doc.doc_id.encode("utf-8")) is None
-            counted.add(doc.doc_id)
-            before = learner.stripped_lines
-            texts.append(learner.strip_and_count(doc.text, doc.source, count=first_time, doc_id=doc.doc_id))
-            stripped.append(learner.stripped_lines != before)
-        self.counters["boilerplate_lines_stripped"] += learner.stripped_lines - start
-        return texts, stripped
-
-    def _decide(self, item: _Prepared, origin: dict[str, Any] | None = None) -> list[ev.Event]:
+    def _decide(self, item: Prepared, origin: dict[str, Any] | None = None) -> list[ev.Event]:
         doc = item.doc
         state = self.state
         prior = state.doc(doc.doc_id)
@@ -430,7 +309,7 @@ class DedupeEngine:
         events = detach(self.state, self.uf, self.lsh, doc_id, prior)
         return [*events, *self._cover_events(doc_id, update_cover(self.cover, seeds))]
 
-    def _document_event(self, doc_id: str, item: _Prepared) -> ev.Event:
+    def _document_event(self, doc_id: str, item: Prepared) -> ev.Event:
         """``duplicate-of`` when a representative covers the document, else ``new``."""
         record = self.state.doc(doc_id)
         assert record is not None
@@ -471,7 +350,7 @@ class DedupeEngine:
             return [ev.deleted_event(doc_id, known=False)]
         return [ev.deleted_event(doc_id, known=True), *self._remove(doc_id, prior)]
 
-    def _near_matches(self, item: _Prepared) -> list[tuple[str, float, bool]]:
+    def _near_matches(self, item: Prepared) -> list[tuple[str, float, bool]]:
         doc_id = item.doc.doc_id
         assert item.band_hashes is not None and item.signature is not None
         candidates, full = self.lsh.add(doc_id, item.band_hashes)
@@ -497,7 +376,7 @@ class DedupeEngine:
                 self.counters["rejected_candidates"] += 1
         return matches
 
-    def _similarity(self, item: _Prepared, other: str) -> float:
+    def _similarity(self, item: Prepared, other: str) -> float:
         if item.shingle_set is not None:
             other_set = self.state.shingle_set(other)
             assert other_set is not None, f"exact mode: no shingle set stored for {other!r}"

@@ -1,0 +1,180 @@
+"""Preparing a batch for the decisions: signatures, identity keys, band hashes, and the reads it needs.
+
+The :class:`BatchPreparer` signs documents (or takes the records the worker's sign stage made),
+strips learned boilerplate, derives the identity key (content hash, with the title when the
+title guard is on), computes the LSH band hashes, and loads with one multi-get per namespace
+what deciding the batch will read. :func:`rebuild_index` refills the in-memory band tables from
+the stored signatures when a state is opened.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import mmh3
+import numpy as np
+
+from stream_dedupe.config import DedupeParams
+from stream_dedupe.core.bandindex import LshIndex
+from stream_dedupe.core.boilerplate import BoilerplateLearner
+from stream_dedupe.core.normalize import title_key
+from stream_dedupe.core.records import Document
+from stream_dedupe.core.signer import Signed, Signer
+from stream_dedupe.storage.base import KVStore
+from stream_dedupe.storage.state import DocRecord, StateView
+
+
+@dataclass
+class Prepared:
+    """A document ready to be decided."""
+
+    doc: Document
+    content_hash: bytes
+    length: int
+    tokens: int
+    title_key: str | None = None
+    signature: np.ndarray | None = None
+    band_hashes: np.ndarray | None = None
+    shingle_set: np.ndarray | None = None
+
+
+class BatchPreparer:
+    """Turns a batch of documents into :class:`Prepared` ones.
+
+    Args:
+        params: Index parameters.
+        state: The engine's state view.
+        signer: Signs texts with ``params``.
+        boilerplate: The learner, when boilerplate is learned.
+        counters: The engine's counters (presigned records, stripped lines).
+
+    """
+
+    def __init__(
+        self,
+        params: DedupeParams,
+        state: StateView,
+        signer: Signer,
+        boilerplate: BoilerplateLearner | None,
+        counters: Counter[str],
+    ) -> None:
+        self.params = params
+        self.state = state
+        self.signer = signer
+        self.boilerplate = boilerplate
+        self.counters = counters
+
+    def prepare(self, docs: list[Document], presigned: list[Signed | None], lsh: LshIndex) -> list[Prepared]:
+        """Sign (or take the records signed elsewhere), key, band-hash and prefetch a batch."""
+        signed = list(presigned)
+        texts = [d.text for d in docs]
+        if self.boilerplate is not None:
+            # every document is counted; a record signed elsewhere (from the unstripped text) is
+            # still right when no learned line was stripped from it: the common case
+            texts, stripped = self.strip_boilerplate(docs)
+            signed = [None if cut else s for s, cut in zip(signed, stripped, strict=True)]
+        todo = [i for i, s in enumerate(signed) if s is None]
+        if todo:
+            for i, fresh in zip(todo, self.signer.sign([texts[i] for i in todo]), strict=True):
+                signed[i] = fresh
+        self.counters["presigned"] += len(docs) - len(todo)
+        prepared = self.keyed(docs, signed, lsh)
+        self.state.prefetch("exact", [p.content_hash for p in prepared])
+        self._prefetch_neighbours(prepared, lsh)
+        return prepared
+
+    def keyed(self, docs: list[Document], signed: Sequence[Signed | None], lsh: LshIndex) -> list[Prepared]:
+        """Documents with their signatures, identity keys and band hashes."""
+        prepared = []
+        guard = self.params.title_guard
+        for doc, record in zip(docs, signed, strict=True):
+            assert record is not None
+            content_hash, key = record.content_hash, title_key(doc.title) if guard else None
+            if key is not None:
+                # the title is part of the identity: identical texts under different titles are distinct
+                content_hash = mmh3.hash_bytes(content_hash + bytes.fromhex(key))
+            prepared.append(Prepared(doc, content_hash, record.length, record.tokens, key, record.signature))
+            prepared[-1].shingle_set = record.shingle_set
+        with_sig = [p for p in prepared if p.signature is not None]
+        if with_sig:
+            band_hashes = lsh.hashes(np.stack([p.signature for p in with_sig if p.signature is not None]))
+            for entry, row in zip(with_sig, band_hashes, strict=True):
+                entry.band_hashes = row
+        return prepared
+
+    def _prefetch_neighbours(self, prepared: list[Prepared], lsh: LshIndex) -> None:
+        """Load, with one multi-get per namespace, what deciding the batch will read.
+
+        The documents already in the state that a batch document can match are its exact-content
+        group and its LSH candidates; reading their records one by one was most of the engine's
+        time on duplicate-heavy input.
+        """
+        state = self.state
+        state.prefetch("docs", [p.doc.doc_id.encode("utf-8") for p in prepared])
+        # Documents seen before (re-crawls) are read back too: their old version may be detached.
+        ids = {p.doc.doc_id for p in prepared if state.get("docs", p.doc.doc_id.encode("utf-8")) is not None}
+        signed = []
+        for item in prepared:
+            group = state.exact_group(item.content_hash)
+            if group:
+                ids.add(group[0])
+            elif item.band_hashes is not None:
+                signed.append(item.band_hashes)
+        if signed:
+            ids |= lsh.query_many(np.stack(signed))
+        keys = [i.encode("utf-8") for i in ids]
+        for namespace in ("docs", "parent", "clusters", "edges", "sets" if self.params.verify == "exact" else "sigs"):
+            state.prefetch(namespace, keys)
+        # Union-find roots of those documents (one level; paths are compressed as they are used).
+        roots = {p for p in (state.get("parent", k) for k in keys) if p is not None}
+        if roots:
+            for namespace in ("docs", "parent", "clusters"):
+                state.prefetch(namespace, list(roots))
+
+    def strip_boilerplate(self, docs: list[Document]) -> tuple[list[str], list[bool]]:
+        """Strip learned lines; count the lines of documents seen for the first time.
+
+        Returns:
+            The texts to sign, and per document whether any line was stripped from it.
+
+        """
+        assert self.boilerplate is not None
+        state, learner = self.state, self.boilerplate
+        state.prefetch("docs", [d.doc_id.encode("utf-8") for d in docs])
+        counted: set[str] = set()
+        start = learner.stripped_lines
+        texts, stripped = [], []
+        for doc in docs:
+            first_time = doc.doc_id not in counted and state.get("docs", doc.doc_id.encode("utf-8")) is None
+            counted.add(doc.doc_id)
+            before = learner.stripped_lines
+            texts.append(learner.strip_and_count(doc.text, doc.source, count=first_time, doc_id=doc.doc_id))
+            stripped.append(learner.stripped_lines != before)
+        self.counters["boilerplate_lines_stripped"] += learner.stripped_lines - start
+        return texts, stripped
+
+
+def rebuild_index(store: KVStore, lsh: LshIndex) -> None:
+    """Fill ``lsh`` with the bands of every indexed document in the state (start-up, recovery)."""
+    chunk: list[tuple[bytes, bytes]] = []
+    for item in store.items("sigs"):
+        chunk.append(item)
+        if len(chunk) == 4096:
+            _index_chunk(store, lsh, chunk)
+            chunk = []
+    _index_chunk(store, lsh, chunk)
+
+
+def _index_chunk(store: KVStore, lsh: LshIndex, chunk: list[tuple[bytes, bytes]]) -> None:
+    if not chunk:
+        return
+    records = store.get_many("docs", [k for k, _ in chunk])
+    indexed = [(k, v) for (k, v), r in zip(chunk, records, strict=True) if r and DocRecord.decode(r).indexed]
+    if not indexed:
+        return
+    sigs = np.frombuffer(b"".join(v for _, v in indexed), dtype="<u4").reshape(len(indexed), -1)
+    hashes = lsh.hashes(sigs)
+    for (key, _), row in zip(indexed, hashes, strict=True):
+        lsh.add(key.decode("utf-8"), row)
