@@ -10,6 +10,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/python -m stream_dedupe.warmup  # compile the numba kernels once, into their on-disk cache
 	touch $(STAMP)
 
 ## demo: dedupe the bundled example crawl into demo-out/ (events, canonical documents, clusters)
