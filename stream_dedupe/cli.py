@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import errno
-import os
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -12,9 +10,9 @@ from typing import IO, Annotated, Any
 
 import typer
 from rich.console import Console
-from typer.core import TyperGroup
 
 from stream_dedupe import __version__
+from stream_dedupe.cli_support import Commands, check_new_state_dir, check_outputs, is_state, open_existing
 from stream_dedupe.config import DedupeParams, NormalizationConfig, RuntimeLimits, ShingleSpec
 from stream_dedupe.errors import ConfigError, StreamDedupeError
 from stream_dedupe.options import (
@@ -29,32 +27,9 @@ from stream_dedupe.options import (
     default_help,
 )
 
-
-class _Commands(TyperGroup):
-    """The command group: a closed stdout (``| head -1``) ends a command quietly, with exit 0."""
-
-    def invoke(self, ctx: Any) -> Any:  # typer's (vendored) click Context
-        try:
-            result = super().invoke(ctx)
-            sys.stdout.flush()  # buffered text output meets a closed pipe here, not at exit
-            return result
-        except OSError as exc:
-            if exc.errno != errno.EPIPE:
-                raise
-            _silence_stdout()
-            raise typer.Exit(0) from None
-
-
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null so that the interpreter's final flush does not fail again."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
-
-
 app = typer.Typer(
     name="stream-dedupe",
-    cls=_Commands,
+    cls=Commands,
     help="Remove near-duplicate documents from a crawl: MinHash + LSH + verification + clusters.",
     no_args_is_help=True,
     add_completion=False,
@@ -108,29 +83,6 @@ def _open_out(stack: ExitStack, path: str | None, mode: str) -> IO[bytes] | None
     if path == "-":
         return sys.stdout.buffer
     return stack.enter_context(open(path, mode))
-
-
-def _check_outputs(**paths: str | None) -> None:
-    """Fail before anything is created when an output file cannot be written."""
-    for flag, path in paths.items():
-        if path is None or path == "-":
-            continue
-        parent = Path(path).resolve().parent
-        if not parent.is_dir() or not os.access(parent, os.W_OK):
-            raise ConfigError(f"--{flag} {path}: directory {parent} does not exist or is not writable")
-
-
-def _is_state(state: Path) -> bool:
-    return (state / "CURRENT").exists()
-
-
-def _check_new_state_dir(state: Path) -> None:
-    """A directory about to become a state: missing, or empty."""
-    if state.exists() and (not state.is_dir() or any(state.iterdir())):
-        raise ConfigError(
-            f"--state {state} exists and is not a stream-dedupe state directory: "
-            "give a new or empty directory (it is created if missing)"
-        )
 
 
 _D = DedupeParams()
@@ -194,7 +146,7 @@ def dedupe(
     check_inputs(inputs)
     if deletions:
         check_inputs(deletions)
-    _check_outputs(events=events, deduped=deduped)
+    check_outputs(events=events, deduped=deduped)
     overrides = {
         "threshold": threshold,
         "num_perm": num_perm,
@@ -210,8 +162,8 @@ def dedupe(
         "boilerplate": boilerplate_config(learn_boilerplate, boilerplate_min_docs, boilerplate_min_tokens),
     }
     limits = RuntimeLimits(max_doc_bytes=max_doc_bytes, max_bucket_size=max_bucket_size, batch_size=batch_size)
-    if not _is_state(state):  # every flag is checked before the directory is created
-        _check_new_state_dir(state)
+    if not is_state(state):  # every flag is checked before the directory is created
+        check_new_state_dir(state)
         resolve_params(None, overrides).resolved()
 
     from stream_dedupe.core.engine import DedupeEngine, stored_params
@@ -260,8 +212,8 @@ def clusters(
 
     from stream_dedupe.exports import iter_clusters
 
-    _check_outputs(output=output)
-    store, _ = _open_existing(state)
+    check_outputs(output=output)
+    store, _ = open_existing(state)
     with ExitStack() as stack:
         stack.callback(store.close)
         out = _open_out(stack, output, "wb")
@@ -291,7 +243,7 @@ def explain(
     from stream_dedupe.reporting import StdoutConsole
 
     if state is not None:
-        store, params = _open_existing(state)
+        store, params = open_existing(state)
         try:
             texts = load_pair(store, a, b)
         finally:
@@ -325,8 +277,8 @@ def expire(
         now_us = parse_timestamp(now) if now else int(time.time() * 1_000_000)
     except ValueError as exc:
         raise ConfigError(f"--now {now!r} is not RFC 3339 with a time zone (e.g. 2026-12-01T00:00:00Z)") from exc
-    _check_outputs(events=events)
-    store, params = _open_existing(state)
+    check_outputs(events=events)
+    store, params = open_existing(state)
     with ExitStack() as stack:
         stack.callback(store.close)
         ids = list(expired_ids(store, policy, now_us))
@@ -352,7 +304,7 @@ def boilerplate(
     from stream_dedupe.core.boilerplate import learned_lines
     from stream_dedupe.storage.state import StateView
 
-    store, params = _open_existing(state)
+    store, params = open_existing(state)
     try:
         if not params.boilerplate.learn:
             err.print("boilerplate learning is off for this state (enable it with --learn-boilerplate on a new state)")
@@ -363,26 +315,6 @@ def boilerplate(
                 )
     finally:
         store.close()
-
-
-def _open_existing(state: Path) -> tuple[Any, DedupeParams]:
-    """Open a state for a read-only command: it must exist and hold the parameters of a run."""
-    from stream_dedupe.core.engine import stored_params
-    from stream_dedupe.storage.rocks import RocksStore
-
-    hint = f"run `stream-dedupe dedupe FILE.jsonl --state {state}` first"
-    if not _is_state(state):
-        what = "does not exist" if not state.exists() else "is not a stream-dedupe state directory"
-        raise ConfigError(f"--state {state} {what}: {hint}")
-    store = RocksStore(state)
-    params = stored_params(store)
-    if params is None:
-        store.close()
-        raise ConfigError(
-            f"--state {state} is empty (no run has committed to it; an earlier run may have stopped "
-            f"on an error): {hint}, or delete the directory"
-        )
-    return store, params
 
 
 #: Commands whose modules import heavy dependencies (Faust, aiokafka) at import time: registered
