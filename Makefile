@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-worker bench-scale bench-scale-out tools clean
+.PHONY: demo test lint bench bench-peers bench-worker bench-scale bench-scale-out tools clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,11 @@ lint: $(STAMP)
 ## bench: embedded engine beside datasketch on the same documents (see BENCHMARKS.md)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_embedded.py --docs 20000
+
+## bench-peers: stream-dedupe beside rensa and datasketch, each a fresh process, interleaved rounds (BENCHMARKS.md)
+bench-peers: $(STAMP)
+	$(BIN)/pip install -q -e '.[bench]'
+	$(BIN)/python bench/bench_peers.py --docs 20000 --rounds 3 --json bench/out/peers.json
 
 ## bench-worker: end to end through a real broker, beside the embedded engine (starts its own broker)
 bench-worker: $(STAMP)
