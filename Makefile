@@ -48,10 +48,15 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_embedded.py --docs 20000
 
-## bench-peers: stream-dedupe beside rensa and datasketch, each a fresh process, interleaved rounds (BENCHMARKS.md)
+## bench-peers: stream-dedupe beside rensa, datasketch and datatrove (its own venv), fresh processes, interleaved rounds (BENCHMARKS.md)
+DATATROVE_VENV := bench/out/datatrove-venv
 bench-peers: $(STAMP)
 	$(BIN)/pip install -q -e '.[bench]'
-	$(BIN)/python bench/bench_peers.py --docs 20000 --rounds 3 --json bench/out/peers.json
+	@test -x $(DATATROVE_VENV)/bin/python || { $(PYTHON) -m venv $(DATATROVE_VENV) && \
+	    $(DATATROVE_VENV)/bin/pip install -q 'datatrove==0.10.1' regex tokenizers 'xxhash<4' nltk orjson spacy; } || \
+	    { echo "datatrove did not install: it is left out"; rm -rf $(DATATROVE_VENV); }
+	$(BIN)/python bench/bench_peers.py --docs 20000 --rounds 3 --json bench/out/peers.json \
+	    $$(test -x $(DATATROVE_VENV)/bin/python && echo --datatrove-python $(DATATROVE_VENV)/bin/python)
 
 ## bench-worker: end to end through a real broker, beside the embedded engine (starts its own broker)
 bench-worker: $(STAMP)

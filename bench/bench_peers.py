@@ -11,10 +11,14 @@ would:
 * ``rensa``: ``RMinHash`` per document + ``RMinHashLSH`` (16 bands, its documented layout), in memory;
 * ``datasketch``: ``MinHash.bulk`` (MurmurHash3 shingle hash) + ``MinHashLSH``, in memory.
 
-datatrove's ``MinhashDedup`` (four pipeline stages over files) is not run: see BENCHMARKS.md.
+* ``datatrove`` (with ``--datatrove-python``, its own virtualenv): ``MinhashDedup``'s four stages
+  over files, one task each (``bench/peer_datatrove.py``), its own normalization, word 3-grams.
+
 Precision and recall of the duplicate decisions are measured against the exact Jaccard ground
 truth (``stream_dedupe.quality.allpairs``): a decision "d duplicate-of e" is correct when
-J(d, e) >= threshold; a document is truly a duplicate when some earlier document is.
+J(d, e) >= threshold; a document is truly a duplicate when some earlier document is. datatrove
+names no ``e`` (it removes all but one document per cluster): a removed document counts as correct
+when it is truly a duplicate.
 
     python bench/bench_peers.py --docs 20000 --rounds 3          (make bench-peers)
 """
@@ -143,10 +147,19 @@ def _timed(args: list[str]) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+#: A removal without a named original (datatrove).
+REMOVED = -1
+
+
 def _run_system(
-    name: str, corpus: Path, work: Path, ids: list[str]
+    name: str, corpus: Path, work: Path, ids: list[str], datatrove_python: str | None = None
 ) -> tuple[tuple[float, float], list[int | None]]:
     out = work / f"{name}.decisions"
+    if name == "datatrove":
+        assert datatrove_python
+        seconds = _timed([datatrove_python, str(BENCH / "peer_datatrove.py"), str(corpus), str(out)])
+        removed = set(orjson.loads(out.read_bytes()))
+        return seconds, [REMOVED if doc_id in removed else None for doc_id in ids]
     if name == "stream-dedupe":
         shutil.rmtree(work / "state", ignore_errors=True)
         events = work / "events.jsonl"
@@ -168,7 +181,7 @@ def _run_system(
 def _scores(decisions: list[int | None], truth: dict[tuple[int, int], float]) -> dict[str, float]:
     truly = {j for _, j in truth}
     predicted = [(j, of) for j, of in enumerate(decisions) if of is not None]
-    correct = [(j, of) for j, of in predicted if (min(j, of), max(j, of)) in truth]
+    correct = [(j, of) for j, of in predicted if (j in truly if of == REMOVED else (min(j, of), max(j, of)) in truth)]
     return {
         "duplicates_decided": len(predicted),
         "true_duplicates": len(truly),
@@ -183,6 +196,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=2026, help="corpus seed (held out: not a tuning seed)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--datatrove-python", help="python of a virtualenv with datatrove: also run it")
     parser.add_argument("--peer", nargs=3, metavar=("NAME", "INPUT", "OUTPUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.peer:
@@ -193,13 +207,14 @@ def main() -> None:
         corpus = work / "corpus.jsonl"
         _corpus(corpus, args.docs, args.seed)
         ids, truth = _ground_truth(corpus)
-        walls: dict[str, list[float]] = {name: [] for name in SYSTEMS}
-        cpus: dict[str, list[float]] = {name: [] for name in SYSTEMS}
+        systems = SYSTEMS + (("datatrove",) if args.datatrove_python else ())
+        walls: dict[str, list[float]] = {name: [] for name in systems}
+        cpus: dict[str, list[float]] = {name: [] for name in systems}
         decisions: dict[str, list[int | None]] = {}
         for round_number in range(args.rounds):
-            order = SYSTEMS[round_number % len(SYSTEMS) :] + SYSTEMS[: round_number % len(SYSTEMS)]
+            order = systems[round_number % len(systems) :] + systems[: round_number % len(systems)]
             for name in order:
-                (seconds, cpu), decisions[name] = _run_system(name, corpus, work, ids)
+                (seconds, cpu), decisions[name] = _run_system(name, corpus, work, ids, args.datatrove_python)
                 walls[name].append(seconds)
                 cpus[name].append(cpu)
                 print(f"round {round_number + 1}: {name:<14} {seconds:7.2f} s wall {cpu:7.2f} s cpu", file=sys.stderr)
@@ -224,7 +239,7 @@ def main() -> None:
                 "vs_rensa": median["rensa"] / median[name],
                 **_scores(decisions[name], truth),
             }
-            for name in SYSTEMS
+            for name in systems
         },
     }
     print(f"{args.docs:,} documents, {size / args.docs:,.0f} bytes each on average; {results['machine']}")
