@@ -4,12 +4,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-worker bench-scale bench-scale-out tools clean
+.PHONY: demo test lint bench bench-peers bench-worker bench-scale bench-scale-out tools clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/python -m stream_dedupe.warmup  # compile the numba kernels once, into their on-disk cache
 	touch $(STAMP)
 
 ## demo: dedupe the bundled example crawl into demo-out/ (events, canonical documents, clusters)
@@ -46,6 +47,16 @@ lint: $(STAMP)
 ## bench: embedded engine beside datasketch on the same documents (see BENCHMARKS.md)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_embedded.py --docs 20000
+
+## bench-peers: stream-dedupe beside rensa, datasketch and datatrove (its own venv), fresh processes, interleaved rounds (BENCHMARKS.md)
+DATATROVE_VENV := bench/out/datatrove-venv
+bench-peers: $(STAMP)
+	$(BIN)/pip install -q -e '.[bench]'
+	@test -x $(DATATROVE_VENV)/bin/python || { $(PYTHON) -m venv $(DATATROVE_VENV) && \
+	    $(DATATROVE_VENV)/bin/pip install -q 'datatrove==0.10.1' regex tokenizers 'xxhash<4' nltk orjson spacy; } || \
+	    { echo "datatrove did not install: it is left out"; rm -rf $(DATATROVE_VENV); }
+	$(BIN)/python bench/bench_peers.py --docs 20000 --rounds 3 --json bench/out/peers.json \
+	    $$(test -x $(DATATROVE_VENV)/bin/python && echo --datatrove-python $(DATATROVE_VENV)/bin/python)
 
 ## bench-worker: end to end through a real broker, beside the embedded engine (starts its own broker)
 bench-worker: $(STAMP)

@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from stream_dedupe import __version__
+from stream_dedupe.cli_support import Commands, check_new_state_dir, check_outputs, is_state, open_existing
 from stream_dedupe.config import DedupeParams, NormalizationConfig, RuntimeLimits, ShingleSpec
 from stream_dedupe.errors import ConfigError, StreamDedupeError
 from stream_dedupe.options import (
@@ -25,19 +26,25 @@ from stream_dedupe.options import (
     ThresholdOpt,
     TitleGuardOpt,
     boilerplate_config,
+    default_help,
     source_thresholds,
 )
 
 app = typer.Typer(
     name="stream-dedupe",
+    cls=Commands,
     help="Remove near-duplicate documents from a crawl: MinHash + LSH + verification + clusters.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode="rich",  # help texts escape their brackets (options.default_help)
 )
 err = Console(stderr=True, soft_wrap=True)
 
 StateOpt = Annotated[Path, typer.Option("--state", help="State directory (RocksDB); created if missing.")]
+ExistingStateOpt = Annotated[
+    Path, typer.Option("--state", help="State directory written by `stream-dedupe dedupe` (must exist).")
+]
 
 
 def _version(value: bool) -> None:
@@ -82,32 +89,52 @@ def _open_out(stack: ExitStack, path: str | None, mode: str) -> IO[bytes] | None
     return stack.enter_context(open(path, mode))
 
 
+_D = DedupeParams()
+_EVENTS_HELP = default_help("Write events as JSONL to this file (- for stdout).", "none")
+
+
 @app.command()
 def dedupe(
     inputs: Annotated[list[str], typer.Argument(help="JSONL inputs (.jsonl, .jsonl.gz), or - for stdin.")],
     state: StateOpt,
-    events: Annotated[str | None, typer.Option(help="Write events as JSONL to this file (- for stdout).")] = None,
-    deduped: Annotated[str | None, typer.Option(help="Write the canonical documents as JSONL to this file.")] = None,
+    events: Annotated[str | None, typer.Option(help=_EVENTS_HELP)] = None,
+    deduped: Annotated[
+        str | None, typer.Option(help=default_help("Write the canonical documents as JSONL to this file.", "none"))
+    ] = None,
     deletions: Annotated[
-        list[str] | None, typer.Option(help="File of ids to delete, one per line, after the inputs (repeatable).")
+        list[str] | None,
+        typer.Option(help=default_help("File of ids to delete, one per line, after the inputs (repeatable).", "none")),
     ] = None,
     threshold: ThresholdOpt = None,
     num_perm: NumPermOpt = None,
-    seed: Annotated[int | None, typer.Option(help="MinHash seed [default: 1].")] = None,
+    seed: Annotated[int | None, typer.Option(help=default_help("MinHash seed.", _D.seed))] = None,
     shingle: ShingleOpt = None,
-    min_tokens: Annotated[int | None, typer.Option(help="Shorter documents: exact match only [default: 10].")] = None,
+    min_tokens: Annotated[
+        int | None, typer.Option(help=default_help("Shorter documents: exact match only.", _D.min_tokens))
+    ] = None,
     lsh_margin: LshMarginOpt = None,
     estimate_margin: Annotated[
-        float | None, typer.Option(help="--verify estimate: required above the threshold [default: 0.01].")
+        float | None,
+        typer.Option(help=default_help("--verify estimate: required above the threshold.", _D.estimate_margin)),
     ] = None,
-    bands: Annotated[int | None, typer.Option(help="LSH bands (with --rows) instead of the chosen ones.")] = None,
-    rows: Annotated[int | None, typer.Option(help="Rows per LSH band (with --bands).")] = None,
-    verify: Annotated[str | None, typer.Option(help="Verification: exact or estimate [default: exact].")] = None,
+    bands: Annotated[
+        int | None, typer.Option(help=default_help("LSH bands (with --rows).", "chosen from the LSH threshold"))
+    ] = None,
+    rows: Annotated[int | None, typer.Option(help=default_help("Rows per LSH band (with --bands).", "chosen"))] = None,
+    verify: Annotated[
+        str | None, typer.Option(help=default_help("Verification: estimate or exact.", _D.verify))
+    ] = None,
+    strip_pattern: Annotated[
+        list[str] | None, typer.Option(help=default_help("Regex removed from texts (repeatable).", "none"))
+    ] = None,
+    header_pattern: Annotated[
+        list[str] | None, typer.Option(help=default_help("Leading lines matching are dropped.", "none"))
+    ] = None,
+    footer_pattern: Annotated[
+        list[str] | None, typer.Option(help=default_help("Trailing lines matching are dropped.", "none"))
+    ] = None,
     source_threshold: SourceThresholdOpt = None,
     title_guard: TitleGuardOpt = None,
-    strip_pattern: Annotated[list[str] | None, typer.Option(help="Regex removed from texts (repeatable).")] = None,
-    header_pattern: Annotated[list[str] | None, typer.Option(help="Leading lines matching are dropped.")] = None,
-    footer_pattern: Annotated[list[str] | None, typer.Option(help="Trailing lines matching are dropped.")] = None,
     learn_boilerplate: LearnOpt = None,
     boilerplate_min_docs: MinDocsOpt = None,
     boilerplate_min_tokens: MinLineTokensOpt = None,
@@ -115,19 +142,17 @@ def dedupe(
     max_bucket_size: Annotated[int, typer.Option(help="LSH bucket cap (hot buckets stop growing).")] = 500,
     batch_size: Annotated[int, typer.Option(help="Documents per batch and per atomic commit.")] = 512,
     strict: Annotated[bool, typer.Option(help="Exit 1 if any record was invalid.")] = False,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
+    progress: Annotated[
+        bool, typer.Option(help="Progress on stderr (a bar on a terminal, else a line every 10 s).")
+    ] = True,
 ) -> None:
     """Dedupe JSONL documents into a state directory; runs are incremental and resumable."""
-    from stream_dedupe.core.engine import DedupeEngine, stored_params
-    from stream_dedupe.embedded import run
-    from stream_dedupe.exports import iter_canonical_documents, summarize
     from stream_dedupe.inputs import check_inputs, total_bytes
-    from stream_dedupe.reporting import ProgressReporter, print_summary
-    from stream_dedupe.storage.rocks import RocksStore
 
     check_inputs(inputs)
     if deletions:
         check_inputs(deletions)
+    check_outputs(events=events, deduped=deduped)
     overrides = {
         "threshold": threshold,
         "num_perm": num_perm,
@@ -145,12 +170,22 @@ def dedupe(
         "boilerplate": boilerplate_config(learn_boilerplate, boilerplate_min_docs, boilerplate_min_tokens),
     }
     limits = RuntimeLimits(max_doc_bytes=max_doc_bytes, max_bucket_size=max_bucket_size, batch_size=batch_size)
+    if not is_state(state):  # every flag is checked before the directory is created
+        check_new_state_dir(state)
+        resolve_params(None, overrides).resolved()
+
+    from stream_dedupe.core.engine import DedupeEngine, stored_params
+    from stream_dedupe.embedded import resume_point, run
+    from stream_dedupe.exports import iter_canonical_documents, summarize
+    from stream_dedupe.reporting import ProgressReporter, print_summary, warm_kernels
+    from stream_dedupe.storage.rocks import RocksStore
+
     store = RocksStore(state)
     with ExitStack() as stack:
         stack.callback(store.close)
         engine = DedupeEngine(resolve_params(stored_params(store), overrides), store, limits)
-        from stream_dedupe.embedded import resume_point
-
+        if progress:
+            warm_kernels(err, engine.params)
         resuming = resume_point(store, inputs, deletions or ()) is not None
         events_out = _open_out(stack, events, "ab" if resuming else "wb")
         reporter = stack.enter_context(ProgressReporter(err, total_bytes(inputs), enabled=progress))
@@ -176,7 +211,7 @@ def dedupe(
 
 @app.command()
 def clusters(
-    state: StateOpt,
+    state: ExistingStateOpt,
     output: Annotated[str, typer.Option("--output", "-o", help="Write JSONL here (- for stdout).")] = "-",
     min_size: Annotated[int, typer.Option(help="Smallest cluster to export (1 includes singletons).")] = 2,
 ) -> None:
@@ -185,7 +220,8 @@ def clusters(
 
     from stream_dedupe.exports import iter_clusters
 
-    store = _open_existing(state)
+    check_outputs(output=output)
+    store, _ = open_existing(state)
     with ExitStack() as stack:
         stack.callback(store.close)
         out = _open_out(stack, output, "wb")
@@ -199,21 +235,24 @@ def clusters(
 def explain(
     a: Annotated[str, typer.Argument(help="Document id (with --state), or a file (text or JSON document).")],
     b: Annotated[str, typer.Argument(help="Document id (with --state), or a file (text or JSON document).")],
-    state: Annotated[Path | None, typer.Option(help="Look the ids up in this state.")] = None,
-    shingle: Annotated[str | None, typer.Option(help="Shingles when comparing files [default: word:3].")] = None,
-    threshold: Annotated[float | None, typer.Option(help="Threshold when comparing files [default: 0.8].")] = None,
+    state: Annotated[
+        Path | None, typer.Option(help=default_help("Look the ids up in this state.", "none: a and b are files"))
+    ] = None,
+    shingle: Annotated[
+        str | None, typer.Option(help=default_help("Shingles when comparing files.", _D.shingle))
+    ] = None,
+    threshold: Annotated[
+        float | None, typer.Option(help=default_help("Threshold when comparing files.", _D.threshold))
+    ] = None,
     show: Annotated[int, typer.Option(help="How many shared shingles to print.")] = 10,
 ) -> None:
     """Show why two documents are (or are not) duplicates: Jaccard, shared shingles, bands."""
     from stream_dedupe.explain import explain_pair, load_pair, render
+    from stream_dedupe.reporting import StdoutConsole
 
     if state is not None:
-        store = _open_existing(state)
+        store, params = open_existing(state)
         try:
-            from stream_dedupe.core.engine import stored_params
-
-            params = stored_params(store)
-            assert params is not None
             texts = load_pair(store, a, b)
         finally:
             store.close()
@@ -222,21 +261,21 @@ def explain(
             None, {"shingle": ShingleSpec.parse(shingle) if shingle else None, "threshold": threshold}
         )
         texts = load_pair(None, a, b)
-    render(Console(), explain_pair(params, texts[0], texts[1], (a, b)), show)
+    render(StdoutConsole(), explain_pair(params, texts[0], texts[1], (a, b)), show)
 
 
 @app.command()
 def expire(
-    state: StateOpt,
+    state: ExistingStateOpt,
     max_age: Annotated[list[str], typer.Option(help="SOURCE=AGE, e.g. news=7d (repeatable; =AGE: no source).")],
-    now: Annotated[str | None, typer.Option(help="Reference time, RFC 3339 [default: now].")] = None,
-    events: Annotated[str | None, typer.Option(help="Write events as JSONL to this file (- for stdout).")] = None,
+    now: Annotated[str | None, typer.Option(help=default_help("Reference time, RFC 3339.", "now"))] = None,
+    events: Annotated[str | None, typer.Option(help=_EVENTS_HELP)] = None,
     dry_run: Annotated[bool, typer.Option(help="Only list the ids that would expire.")] = False,
 ) -> None:
     """Forget documents older than their source's maximum age (removed like deletions)."""
     import time
 
-    from stream_dedupe.core.engine import DedupeEngine, stored_params
+    from stream_dedupe.core.engine import DedupeEngine
     from stream_dedupe.core.records import parse_timestamp
     from stream_dedupe.core.retention import RetentionPolicy, expired_ids
     from stream_dedupe.embedded import expire as expire_documents
@@ -246,15 +285,14 @@ def expire(
         now_us = parse_timestamp(now) if now else int(time.time() * 1_000_000)
     except ValueError as exc:
         raise ConfigError(f"--now {now!r} is not RFC 3339 with a time zone (e.g. 2026-12-01T00:00:00Z)") from exc
-    store = _open_existing(state)
+    check_outputs(events=events)
+    store, params = open_existing(state)
     with ExitStack() as stack:
         stack.callback(store.close)
         ids = list(expired_ids(store, policy, now_us))
         if dry_run:
             sys.stdout.write("".join(f"{doc_id}\n" for doc_id in ids))
             return
-        params = stored_params(store)
-        assert params is not None
         engine = DedupeEngine(params, store)
         counts = expire_documents(engine, ids, _open_out(stack, events, "ab"), 512)
         err.print(
@@ -265,20 +303,17 @@ def expire(
 
 @app.command()
 def boilerplate(
-    state: StateOpt,
-    source: Annotated[str | None, typer.Option(help="Only this source.")] = None,
+    state: ExistingStateOpt,
+    source: Annotated[str | None, typer.Option(help=default_help("Only this source.", "every source"))] = None,
 ) -> None:
     """List the learned boilerplate lines of a state: source, documents seen in, line."""
     import orjson
 
     from stream_dedupe.core.boilerplate import learned_lines
-    from stream_dedupe.core.engine import stored_params
     from stream_dedupe.storage.state import StateView
 
-    store = _open_existing(state)
+    store, params = open_existing(state)
     try:
-        params = stored_params(store)
-        assert params is not None
         if not params.boilerplate.learn:
             err.print("boilerplate learning is off for this state (enable it with --learn-boilerplate on a new state)")
         for line_source, documents, line in learned_lines(StateView(store), params.boilerplate.min_docs):
@@ -290,32 +325,32 @@ def boilerplate(
         store.close()
 
 
-def _open_existing(state: Path) -> Any:
-    from stream_dedupe.storage.rocks import RocksStore
-
-    if not (state / "CURRENT").exists():
-        raise ConfigError(
-            f"{state} is not a stream-dedupe state directory: run `stream-dedupe dedupe ... --state {state}`"
-        )
-    return RocksStore(state)
+#: Commands whose modules import heavy dependencies (Faust, aiokafka) at import time: registered
+#: only when asked for (or for the command list), so that ``dedupe`` starts without them.
+_WORKER_COMMANDS = ("worker", "produce")
 
 
-def _register_commands() -> None:
-    # These modules import their heavy dependencies (Faust, matplotlib) only when a command runs.
+def _registered() -> set[str]:
+    return {str(c.name or getattr(c.callback, "__name__", "")) for c in app.registered_commands}
+
+
+def _register_commands(argv: list[str]) -> None:
     from stream_dedupe.quality.cli import eval_command, tune
-    from stream_dedupe.worker.cli import produce, worker
 
-    app.command("eval")(eval_command)
-    app.command()(tune)
-    app.command()(worker)
-    app.command()(produce)
+    if "eval" not in _registered():
+        app.command("eval")(eval_command)
+        app.command()(tune)
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    if (command is None or command in _WORKER_COMMANDS) and "worker" not in _registered():
+        from stream_dedupe.worker.cli import produce, worker
 
-
-_register_commands()
+        app.command()(worker)
+        app.command()(produce)
 
 
 def main() -> None:
     """Console-script entry point: runs the app and turns our errors into clear messages."""
+    _register_commands(sys.argv[1:])
     try:
         app()
     except StreamDedupeError as exc:

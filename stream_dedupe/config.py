@@ -322,3 +322,65 @@ class RuntimeLimits:
             raise ConfigError(f"max_bucket_size must be at least 2, got {self.max_bucket_size}")
         if not 1 <= self.batch_size <= 100_000:
             raise ConfigError(f"batch_size must be between 1 and 100000, got {self.batch_size}")
+
+
+#: The command-line flags that set each stored parameter (the worker's flags have the same names).
+PARAM_FLAGS: dict[str, str] = {
+    "threshold": "--threshold",
+    "num_perm": "--num-perm",
+    "seed": "--seed",
+    "shingle": "--shingle",
+    "min_tokens": "--min-tokens",
+    "verify": "--verify",
+    "estimate_margin": "--estimate-margin",
+    "normalization": "--strip-pattern/--header-pattern/--footer-pattern",
+    "normalization_patterns": "--strip-pattern/--header-pattern/--footer-pattern",
+    "boilerplate": "--learn-boilerplate/--boilerplate-min-docs/--boilerplate-min-tokens",
+    "minhash_scheme": "none: this version signs differently; rebuild the state",
+}
+_LAYOUT_SOURCES = ("threshold", "num_perm")
+
+
+def mismatch_message(stored: dict[str, Any], wanted: dict[str, Any], lsh_margin: float) -> str | None:
+    """Describe how a run's parameters differ from a state's, naming the flags that caused it.
+
+    Args:
+        stored: The parameters stored with the state (:meth:`DedupeParams.to_state`).
+        wanted: This run's parameters, in the same form.
+        lsh_margin: This run's LSH margin (not stored; it only shapes the bands and rows).
+
+    Returns:
+        The error message, or None when the parameters agree.
+
+    """
+    differ = [k for k, v in wanted.items() if stored.get(k) != v]
+    if not differ:
+        return None
+    layout = [k for k in ("bands", "rows") if k in differ]
+    # normalization (the fingerprint) and normalization_patterns always differ together: say it once
+    if "normalization" in differ and "normalization_patterns" in differ:
+        differ.remove("normalization")
+    parts = []
+    for key in differ:
+        if key in ("bands", "rows"):
+            continue
+        flag = PARAM_FLAGS.get(key, key)
+        note = ""
+        if layout and key in _LAYOUT_SOURCES:
+            note = "; the LSH bands and rows follow from it"
+        parts.append(f"{key}: state has {stored.get(key)!r}, this run asks for {wanted[key]!r} ({flag}{note})")
+    if layout and not any(k in differ for k in _LAYOUT_SOURCES):
+        layout_now = f"{wanted['bands']} bands x {wanted['rows']} rows"
+        layout_then = f"{stored.get('bands')} bands x {stored.get('rows')} rows"
+        cause = (
+            f"--lsh-margin {lsh_margin} re-chose them; drop it or pass --bands {stored.get('bands')} "
+            f"--rows {stored.get('rows')}"
+            if lsh_margin != DedupeParams.lsh_margin
+            else "--bands/--rows"
+        )
+        parts.append(f"LSH layout: state has {layout_then}, this run asks for {layout_now} ({cause})")
+    return (
+        "the state was built with different parameters (" + "; ".join(parts) + "). "
+        "Re-run with the state's values (or without these flags: a run without them uses the state's), "
+        "or point --state at a new directory to build a new index with these parameters."
+    )

@@ -1,45 +1,79 @@
-"""Command-line options shared by several commands."""
+"""Command-line options shared by several commands.
+
+Options that shape the index default to None (a run without them uses the state's values), so
+typer has no default of its own to show: :func:`default_help` writes it into the help text,
+taken from :class:`~stream_dedupe.config.DedupeParams`, escaped so that rich does not read
+``[default: 0.8]`` as markup and drop it.
+"""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
-from stream_dedupe.config import BoilerplateConfig
+from stream_dedupe.config import BoilerplateConfig, DedupeParams
 from stream_dedupe.errors import ConfigError
 
-ThresholdOpt = Annotated[float | None, typer.Option(help="Jaccard threshold [default: 0.8].")]
-NumPermOpt = Annotated[int | None, typer.Option(help="MinHash permutations [default: 128].")]
-ShingleOpt = Annotated[str | None, typer.Option(help="Shingles: word:K or char:K [default: word:3].")]
-LshMarginOpt = Annotated[float | None, typer.Option(help="LSH tuned for threshold minus this [default: 0.2].")]
+DEFAULTS = DedupeParams()
+
+
+def default_help(text: str, default: object) -> str:
+    """``text [default: default]``, with the brackets escaped for rich markup."""
+    return escape(f"{text} [default: {default}]")
+
+
+ThresholdOpt = Annotated[float | None, typer.Option(help=default_help("Jaccard threshold.", DEFAULTS.threshold))]
+NumPermOpt = Annotated[int | None, typer.Option(help=default_help("MinHash permutations.", DEFAULTS.num_perm))]
+ShingleOpt = Annotated[str | None, typer.Option(help=default_help("Shingles: word:K or char:K.", DEFAULTS.shingle))]
+LshMarginOpt = Annotated[
+    float | None, typer.Option(help=default_help("LSH tuned for threshold minus this.", DEFAULTS.lsh_margin))
+]
 LearnOpt = Annotated[
     bool | None,
-    typer.Option("--learn-boilerplate/--no-learn-boilerplate", help="Learn and strip boilerplate lines [default: on]."),
+    typer.Option(
+        "--learn-boilerplate/--no-learn-boilerplate",
+        help=default_help("Learn and strip boilerplate lines (retroactive, per source).", "on"),
+        show_default=False,
+    ),
 ]
-MinDocsOpt = Annotated[int | None, typer.Option(help="Documents of a source a line must occur in [default: 100].")]
-MinLineTokensOpt = Annotated[int | None, typer.Option(help="Shorter lines are never boilerplate [default: 3].")]
+MinDocsOpt = Annotated[
+    int | None,
+    typer.Option(help=default_help("Documents of a source a line must occur in.", DEFAULTS.boilerplate.min_docs)),
+]
+MinLineTokensOpt = Annotated[
+    int | None,
+    typer.Option(help=default_help("Shorter lines are never boilerplate.", DEFAULTS.boilerplate.min_tokens)),
+]
 
 
 def boilerplate_config(learn: bool | None, min_docs: int | None, min_tokens: int | None) -> BoilerplateConfig | None:
     """The learning settings given on the command line, or None when none was given."""
     if learn is None and min_docs is None and min_tokens is None:
         return None
-    return BoilerplateConfig(True if learn is None else learn, min_docs or 100, min_tokens or 3)
+    defaults = BoilerplateConfig()
+    learning = defaults.learn if learn is None else learn
+    return BoilerplateConfig(learning, min_docs or defaults.min_docs, min_tokens or defaults.min_tokens)
 
 
 SourceThresholdOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--source-threshold",
-        help="SOURCE=T: threshold for one source's documents (repeatable; a pair uses the stricter; 1.0 = exact only).",
+        help=default_help(
+            "SOURCE=T: threshold for one source's documents (repeatable; a pair uses the stricter; 1.0 = exact only).",
+            "none",
+        ),
+        show_default=False,
     ),
 ]
 TitleGuardOpt = Annotated[
     bool | None,
     typer.Option(
         "--title-guard/--no-title-guard",
-        help="Documents whose titles differ are never duplicates [default: on].",
+        help=default_help("Documents whose titles differ are never duplicates.", "on"),
+        show_default=False,
     ),
 ]
 

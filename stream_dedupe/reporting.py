@@ -1,22 +1,44 @@
-"""Terminal output of the embedded command: a progress bar and the final summary table."""
+"""Terminal output of the embedded command: progress, the kernels' first compilation, the summary.
+
+On a terminal the progress is a rich bar; when stderr is a file or a pipe (CI logs, ``2> log``)
+it is a plain line every :data:`LINE_INTERVAL` seconds and one at the end, never a bar wrapped
+at 80 columns.
+"""
 
 from __future__ import annotations
 
 import time
 from collections import Counter
 from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from stream_dedupe.core.engine import DedupeEngine
-from stream_dedupe.embedded import RunResult
-from stream_dedupe.exports import ClusterSummary
+if TYPE_CHECKING:
+    from stream_dedupe.config import DedupeParams
+    from stream_dedupe.core.engine import DedupeEngine
+    from stream_dedupe.embedded import RunResult
+    from stream_dedupe.exports import ClusterSummary
+
+#: Seconds between two progress lines when stderr is not a terminal.
+LINE_INTERVAL = 10.0
+
+
+class StdoutConsole(Console):
+    """A console on stdout whose reader may go away (``| head``): the command then exits 0.
+
+    rich's default exits 1 on a broken pipe; this one lets the command group handle it like
+    every other write to a closed stdout.
+    """
+
+    def on_broken_pipe(self) -> None:
+        """Raise, for the command group to end the command quietly."""
+        self.quiet = True
+        raise BrokenPipeError(32, "the reader of stdout has gone")
 
 
 class ProgressReporter:
-    """A rich progress bar on stderr: bytes read, documents, docs/s and duplicates so far.
+    """Progress on stderr: bytes read, documents, docs/s and duplicates so far.
 
     Args:
         console: Where to draw (stderr).
@@ -26,22 +48,35 @@ class ProgressReporter:
     """
 
     def __init__(self, console: Console, total: int | None, enabled: bool = True) -> None:
+        self._console = console
         self._started = time.perf_counter()
         self._docs = 0
-        self._progress = Progress(
-            TextColumn("[bold]dedupe"),
-            BarColumn(),
-            DownloadColumn(),
-            TextColumn("{task.fields[docs]:>9,} docs  {task.fields[rate]:>8,.0f} docs/s  {task.fields[dups]:>8,} dups"),
-            TimeElapsedColumn(),
-            console=console,
-            disable=not enabled,
-            transient=False,
-        )
-        self._task: TaskID = self._progress.add_task("dedupe", total=total, docs=0, rate=0.0, dups=0)
+        self._dups = 0
+        self._total = total
+        self._position = 0
+        self._enabled = enabled
+        self._last_line = self._started
+        self._progress: Any = None
+        if enabled and console.is_terminal:
+            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(
+                TextColumn("[bold]dedupe"),
+                BarColumn(),
+                DownloadColumn(),
+                TextColumn(
+                    "{task.fields[docs]:>9,} docs  {task.fields[rate]:>8,.0f} docs/s  {task.fields[dups]:>8,} dups"
+                ),
+                TimeElapsedColumn(),
+                console=console,
+                transient=False,
+            )
+            self._task = self._progress.add_task("dedupe", total=total, docs=0, rate=0.0, dups=0)
+        self._closed = False
 
     def __enter__(self) -> ProgressReporter:
-        self._progress.start()
+        if self._progress is not None:
+            self._progress.start()
         return self
 
     def __exit__(
@@ -49,19 +84,66 @@ class ProgressReporter:
     ) -> None:
         self.close()
 
+    def _rate(self) -> float:
+        return self._docs / max(time.perf_counter() - self._started, 1e-9)
+
     def update(self, lines: int, position: int, counters: Counter[str]) -> None:
         """Advance after a committed batch."""
         self._docs += lines
-        rate = self._docs / max(time.perf_counter() - self._started, 1e-9)
-        self._progress.update(self._task, completed=position, docs=self._docs, rate=rate, dups=counters["duplicate-of"])
+        self._dups = counters["duplicate-of"]
+        self._position = position
+        if self._progress is not None:
+            self._progress.update(self._task, completed=position, docs=self._docs, rate=self._rate(), dups=self._dups)
+        elif self._enabled and time.perf_counter() - self._last_line >= LINE_INTERVAL:
+            self._line()
+
+    def _line(self) -> None:
+        self._last_line = time.perf_counter()
+        done = f" ({self._position / self._total:.0%} of the input)" if self._total else ""
+        self._console.out(
+            f"dedupe: {self._docs:,} docs, {self._rate():,.0f} docs/s, {self._dups:,} dups, "
+            f"{self._last_line - self._started:.1f} s{done}",
+            highlight=False,
+        )
 
     def close(self) -> None:
-        """Stop drawing (idempotent)."""
-        self._progress.stop()
+        """Stop drawing; without a terminal, print the final line (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._progress is not None:
+            self._progress.stop()
+        elif self._enabled:
+            self._line()
+
+
+def warm_kernels(console: Console, params: DedupeParams) -> None:
+    """Load the compiled kernels before the progress starts, saying so when they must be compiled.
+
+    The first run after an install compiles them (numba, about a minute on a slow machine) and
+    caches them on disk; later runs load them in well under a second.
+    """
+    from stream_dedupe.warmup import compiled_kernels, kernel_cache_dir, uncached_kernels, warm
+
+    if uncached_kernels():
+        console.out(
+            "compiling the numba kernels (first run after an install only, up to a minute; "
+            f"cached in {kernel_cache_dir()}) ...",
+            highlight=False,
+        )
+    seconds = warm(params)
+    compiled = compiled_kernels()
+    if compiled:
+        console.out(
+            f"compiled {len(compiled)} numba kernels in {seconds:.1f} s; later runs load them from the cache",
+            highlight=False,
+        )
 
 
 def print_summary(console: Console, result: RunResult, clusters: ClusterSummary, engine: DedupeEngine) -> None:
     """The final table: what this run decided and what the state now holds."""
+    from rich.table import Table
+
     c = result.counters
     decided = c["new"] + c["duplicate-of"]
     table = Table(title="stream-dedupe summary", show_header=False, title_justify="left")

@@ -81,3 +81,15 @@ def test_kernel_shingles_are_the_reference_shingles(texts: list[str], k: int) ->
 def test_pack_empty_batch() -> None:
     buf, offsets = pack([])
     assert buf.size == 0 and offsets.tolist() == [0]
+
+
+@pytest.mark.parametrize("num_perm", [16, 64, 127, 128, 256, 1024])
+@pytest.mark.parametrize("seed", [0, 1, 2, 42, 12345, 2**32 - 1])
+def test_permutations_are_datasketchs_without_importing_it(num_perm: int, seed: int) -> None:
+    from stream_dedupe.core.minhash import datasketch_permutations
+
+    a, b = datasketch_permutations(num_perm, seed)
+    oracle_a, oracle_b = MinHash(num_perm=num_perm, seed=seed, scheme="affine32").permutations
+    assert a.dtype == np.uint32 and b.dtype == np.uint32
+    assert np.array_equal(a, oracle_a) and np.array_equal(b, oracle_b)
+    assert np.all(a % 2 == 1)

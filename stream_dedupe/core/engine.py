@@ -78,17 +78,11 @@ class DedupeEngine:
             self.state.put_json(_PARAMS_KEY, wanted)
             self.state.commit()
             return
-        diffs = [
-            f"{k}: state has {stored.get(k)!r}, this run asks for {v!r}"
-            for k, v in wanted.items()
-            if stored.get(k) != v
-        ]
-        if diffs:
-            raise StateMismatchError(
-                "the state was built with different parameters (" + "; ".join(diffs) + "). "
-                "Re-run with the state's values, or point --state at a new directory to build a new index "
-                "with these parameters."
-            )
+        from stream_dedupe.config import mismatch_message  # message building lives with the flag names
+
+        message = mismatch_message(stored, wanted, self.params.lsh_margin)
+        if message:
+            raise StateMismatchError(message)
 
     # -- public API -------------------------------------------------------------------------
     def process(

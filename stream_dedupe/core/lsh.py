@@ -32,6 +32,11 @@ def choose_bands(lsh_threshold: float, num_perm: int) -> tuple[int, int]:
             f"the LSH threshold (threshold - lsh_margin) must be in (0, 1), got {lsh_threshold}: "
             "lower --lsh-margin or raise --threshold"
         )
+    from stream_dedupe.core.lsh_params import optimal_layout
+
+    layout = optimal_layout(lsh_threshold, num_perm, FP_FN_WEIGHTS)  # the same choice, without scipy
+    if layout is not None:
+        return layout
     from datasketch import MinHashLSH
 
     lsh = MinHashLSH(threshold=lsh_threshold, num_perm=num_perm, weights=FP_FN_WEIGHTS)

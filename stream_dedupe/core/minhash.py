@@ -12,10 +12,16 @@ from stream_dedupe.core.shingle import SHINGLE_HASH_SEED
 
 
 def datasketch_permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``(a, b)`` permutation parameters datasketch derives from ``seed``, as uint32 arrays."""
-    from datasketch import MinHash
+    """The ``(a, b)`` permutation parameters datasketch derives from ``seed``, as uint32 arrays.
 
-    a, b = MinHash(num_perm=num_perm, seed=seed, scheme="affine32").permutations
+    The same draws as ``datasketch.MinHash(num_perm, seed, scheme="affine32").permutations``
+    (datasketch 2.0, ``MinHash._init_permutations``), made here with numpy alone: importing
+    datasketch pulls in scipy, about half a second of every start-up. ``a`` is odd (a bijection
+    modulo 2**32), ``b`` any 32-bit value; ``tests/test_minhash.py`` checks them against datasketch.
+    """
+    gen = np.random.RandomState(seed)
+    a = gen.randint(0, 1 << 31, num_perm, dtype=np.uint32) * np.uint32(2) + np.uint32(1)
+    b = gen.randint(0, 1 << 32, num_perm, dtype=np.uint32)
     return np.ascontiguousarray(a, dtype=np.uint32), np.ascontiguousarray(b, dtype=np.uint32)
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,6 +13,7 @@ from rich.console import Console
 
 from stream_dedupe.config import DedupeParams, ShingleSpec
 from stream_dedupe.options import (
+    DEFAULTS,
     LearnOpt,
     LshMarginOpt,
     MinDocsOpt,
@@ -19,20 +22,72 @@ from stream_dedupe.options import (
     ShingleOpt,
     ThresholdOpt,
     boilerplate_config,
+    default_help,
 )
+
+#: eval and tune read whole corpora into memory: a long line is a long document, not an error.
+_NO_SIZE_LIMIT = 1 << 62
 
 CorpusArg = Annotated[list[str], typer.Argument(help="JSONL corpus (.jsonl, .jsonl.gz, or - for stdin).")]
 
 
-def _load(corpus: list[str], overrides: dict[str, Any]) -> tuple[DedupeParams, list[bytes]]:
-    """Parameters (explicit options over the defaults) and the corpus's non-blank lines."""
+@dataclass
+class Skipped:
+    """The corpus lines that are not documents: counted by reason, never a traceback.
+
+    Attributes:
+        reasons: Lines per reason (the ``invalid`` reasons of ``dedupe``, and ``deleted``).
+        first: ``source:line: detail`` of the first one, to find it.
+
+    """
+
+    reasons: Counter[str] = field(default_factory=Counter)
+    first: str | None = None
+
+    @property
+    def total(self) -> int:
+        """How many lines were skipped."""
+        return sum(self.reasons.values())
+
+    def report(self, console: Console) -> None:
+        """Say on stderr what was skipped (nothing when every line was a document)."""
+        if not self.total:
+            return
+        reasons = ", ".join(f"{reason} {count:,}" for reason, count in sorted(self.reasons.items()))
+        console.out(
+            f"skipped {self.total:,} line(s) that are not documents ({reasons}); first: {self.first}",
+            highlight=False,
+        )
+
+
+def _load(corpus: list[str], overrides: dict[str, Any]) -> tuple[DedupeParams, list[bytes], Skipped]:
+    """Parameters (explicit options over the defaults), the corpus's documents, and the lines skipped.
+
+    Each non-blank line is validated like ``dedupe`` validates it; blank lines are ignored.
+    """
     from stream_dedupe.cli import resolve_params
+    from stream_dedupe.core.records import Deletion, Invalid, parse_document
     from stream_dedupe.inputs import check_inputs, read_lines
 
     check_inputs(corpus)
     shingle = overrides.pop("shingle", None)
     params = resolve_params(None, {**overrides, "shingle": ShingleSpec.parse(shingle) if shingle else None})
-    return params, [line.raw for path in corpus for line in read_lines(path) if line.raw.strip()]
+    raws: list[bytes] = []
+    skipped = Skipped()
+    for path in corpus:
+        for line in read_lines(path):
+            if not line.raw.strip():
+                continue
+            record = parse_document(line.raw, _NO_SIZE_LIMIT)
+            if isinstance(record, Invalid | Deletion):
+                reason = record.reason if isinstance(record, Invalid) else "deleted"
+                skipped.reasons[reason] += 1
+                if skipped.first is None:
+                    detail = record.detail if isinstance(record, Invalid) else "a deletion"
+                    skipped.first = f"{line.source}:{line.line}: {detail}"
+                continue
+            raws.append(line.raw)
+    return params, raws, skipped
 
 
 def eval_command(
@@ -40,13 +95,17 @@ def eval_command(
     threshold: ThresholdOpt = None,
     num_perm: NumPermOpt = None,
     shingle: ShingleOpt = None,
-    min_tokens: Annotated[int | None, typer.Option(help="Shorter documents are left out [default: 10].")] = None,
+    min_tokens: Annotated[
+        int | None, typer.Option(help=default_help("Shorter documents are left out.", DEFAULTS.min_tokens))
+    ] = None,
     lsh_margin: LshMarginOpt = None,
     learn_boilerplate: LearnOpt = None,
     boilerplate_min_docs: MinDocsOpt = None,
     boilerplate_min_tokens: MinLineTokensOpt = None,
     datasketch: Annotated[bool, typer.Option(help="Also run datasketch's MinHashLSH on the same shingles.")] = True,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of tables.")] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help=default_help("Print the report as JSON instead of tables.", "off"))
+    ] = False,
 ) -> None:
     """Measure precision and recall against exact Jaccard (both verification modes, and datasketch)."""
     import orjson
@@ -54,7 +113,7 @@ def eval_command(
     from stream_dedupe.quality.evaluate import evaluate
     from stream_dedupe.quality.report import render_report
 
-    params, raws = _load(
+    params, raws, skipped = _load(
         corpus,
         {
             "threshold": threshold,
@@ -65,11 +124,15 @@ def eval_command(
             "boilerplate": boilerplate_config(learn_boilerplate, boilerplate_min_docs, boilerplate_min_tokens),
         },
     )
+    skipped.report(Console(stderr=True, soft_wrap=True))
     report = evaluate(raws, params, datasketch=datasketch)
     if json_out:
-        sys.stdout.write(orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2).decode() + "\n")
+        result = {**report.to_json(), "skipped_lines": skipped.total, "skipped_by_reason": dict(skipped.reasons)}
+        sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        render_report(Console(), report)
+        from stream_dedupe.reporting import StdoutConsole
+
+        render_report(StdoutConsole(), report)
 
 
 def tune(
@@ -85,9 +148,10 @@ def tune(
     from stream_dedupe.quality.review_page import write_review_page
     from stream_dedupe.quality.tune import candidate_pairs, plot_scurve
 
-    params, raws = _load(
+    params, raws, skipped = _load(
         corpus, {"threshold": threshold, "num_perm": num_perm, "lsh_margin": lsh_margin, "shingle": shingle}
     )
+    skipped.report(Console(stderr=True, soft_wrap=True))
     result = candidate_pairs(raws, params)
     out.mkdir(parents=True, exist_ok=True)
     plot_scurve(result, out / "lsh-scurve.png")
@@ -205,12 +269,11 @@ def _dedup_result(
     if events is not None:
         return DedupResult.from_events_file(events), params
     if state is not None:
-        from stream_dedupe.cli import _open_existing
-        from stream_dedupe.core.engine import stored_params
+        from stream_dedupe.cli_support import open_existing
 
-        store = _open_existing(state)
+        store, stored = open_existing(state)
         try:
-            return DedupResult.from_store(store), stored_params(store) or params
+            return DedupResult.from_store(store), stored
         finally:
             store.close()
     from stream_dedupe.config import RuntimeLimits

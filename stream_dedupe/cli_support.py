@@ -1,0 +1,82 @@
+"""Helpers of the command line: a quiet end on a closed stdout, checks made before anything is created."""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from typer.core import TyperGroup
+
+from stream_dedupe.config import DedupeParams
+from stream_dedupe.errors import ConfigError
+
+
+class Commands(TyperGroup):
+    """The command group: a closed stdout (``| head -1``) ends a command quietly, with exit 0."""
+
+    def invoke(self, ctx: Any) -> Any:  # typer's (vendored) click Context
+        """Run the command; on EPIPE from stdout, silence it and exit 0."""
+        try:
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # buffered text output meets a closed pipe here, not at exit
+            return result
+        except OSError as exc:
+            if exc.errno != errno.EPIPE:
+                raise
+            silence_stdout()
+            raise typer.Exit(0) from None
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def check_outputs(**paths: str | None) -> None:
+    """Fail before anything is created when an output file cannot be written."""
+    for flag, path in paths.items():
+        if path is None or path == "-":
+            continue
+        parent = Path(path).resolve().parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK):
+            raise ConfigError(f"--{flag} {path}: directory {parent} does not exist or is not writable")
+
+
+def is_state(state: Path) -> bool:
+    """Whether ``state`` is a RocksDB directory (a state written by ``dedupe``)."""
+    return (state / "CURRENT").exists()
+
+
+def check_new_state_dir(state: Path) -> None:
+    """A directory about to become a state: missing, or empty."""
+    if state.exists() and (not state.is_dir() or any(state.iterdir())):
+        raise ConfigError(
+            f"--state {state} exists and is not a stream-dedupe state directory: "
+            "give a new or empty directory (it is created if missing)"
+        )
+
+
+def open_existing(state: Path) -> tuple[Any, DedupeParams]:
+    """Open a state for a read-only command: it must exist and hold the parameters of a run."""
+    from stream_dedupe.core.engine import stored_params
+    from stream_dedupe.storage.rocks import RocksStore
+
+    hint = f"run `stream-dedupe dedupe FILE.jsonl --state {state}` first"
+    if not is_state(state):
+        what = "does not exist" if not state.exists() else "is not a stream-dedupe state directory"
+        raise ConfigError(f"--state {state} {what}: {hint}")
+    store = RocksStore(state)
+    params = stored_params(store)
+    if params is None:
+        store.close()
+        raise ConfigError(
+            f"--state {state} is empty (no run has committed to it; an earlier run may have stopped "
+            f"on an error): {hint}, or delete the directory"
+        )
+    return store, params

@@ -1,0 +1,92 @@
+"""The compiled kernels' first compilation: detect it, and do it ahead of the first real batch.
+
+Every kernel is a numba function with ``cache=True``: numba compiles it on first use and writes
+the machine code to its cache (``__pycache__`` beside the source when writable, else
+``NUMBA_CACHE_DIR`` or the user cache); later processes load it. :func:`warm` runs the engine on
+two tiny documents in memory, so that every kernel of the ``dedupe`` path is compiled or loaded
+before the progress starts (``make`` runs it once after installing).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from types import ModuleType
+from typing import Any
+
+from stream_dedupe.config import DedupeParams
+
+
+def _kernel_modules() -> list[ModuleType]:
+    from stream_dedupe.core import bandindex, kernels, lsh
+
+    return [kernels, lsh, bandindex]
+
+
+def _dispatchers(modules: list[ModuleType] | None = None) -> list[Any]:
+    from numba.core.dispatcher import Dispatcher
+
+    found = []
+    for module in modules or _kernel_modules():
+        for value in vars(module).values():
+            # inlined helpers are compiled into their callers, never cached on their own
+            if isinstance(value, Dispatcher) and value.targetoptions.get("inline") != "always":
+                found.append(value)
+    return found
+
+
+def _index_path(dispatcher: Any) -> str | None:
+    cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
+    path = getattr(cache_file, "_index_path", None)
+    return path if isinstance(path, str) else None
+
+
+def uncached_kernels() -> list[str]:
+    """The signing kernels with nothing in numba's on-disk cache yet: a first run after an install.
+
+    Only :mod:`stream_dedupe.core.kernels` is looked at: every run uses all of its kernels, while
+    some index kernels run only when the index grows (they are compiled then).
+    """
+    from stream_dedupe.core import kernels
+
+    return [
+        d.py_func.__name__ for d in _dispatchers([kernels]) if (path := _index_path(d)) and not os.path.exists(path)
+    ]
+
+
+def compiled_kernels() -> list[str]:
+    """The kernels this process compiled (cache misses) rather than loaded from the cache."""
+    return [d.py_func.__name__ for d in _dispatchers() if sum(d.stats.cache_misses.values())]
+
+
+def kernel_cache_dir() -> str:
+    """Where numba caches the kernels of this installation."""
+    for dispatcher in _dispatchers():
+        path = _index_path(dispatcher)
+        if path:
+            return os.path.dirname(path)
+    return os.environ.get("NUMBA_CACHE_DIR", "numba's cache directory")
+
+
+def warm(params: DedupeParams | None = None) -> float:
+    """Compile (or load) every kernel of the dedupe path; return the seconds it took."""
+    import orjson
+
+    from stream_dedupe.core.engine import DedupeEngine
+    from stream_dedupe.core.records import Deletion, parse_document
+    from stream_dedupe.storage.memory import MemoryStore
+
+    started = time.perf_counter()
+    params = params or DedupeParams()
+    text = " ".join(f"warm{i}" for i in range(max(params.min_tokens, 1) * 3))
+    pair = (("a", text), ("b", text + " x"))
+    records = [parse_document(orjson.dumps({"id": i, "text": t}), 1 << 20) for i, t in pair]
+    engine = DedupeEngine(params, MemoryStore())
+    engine.process(records)
+    engine.process([Deletion("b")])
+    engine.commit()
+    return time.perf_counter() - started
+
+
+if __name__ == "__main__":
+    print(f"stream-dedupe kernels ready in {warm():.1f} s ({kernel_cache_dir()})")

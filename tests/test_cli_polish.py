@@ -1,0 +1,285 @@
+"""The CLI as a new user meets it: invalid lines, help defaults, pipes, rejected flags, messages, progress."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from stream_dedupe.config import DedupeParams, mismatch_message
+from stream_dedupe.storage.rocks import RocksStore
+
+from .test_cli import CLI, cli
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "examples" / "crawl-sample.jsonl"
+WIDE = {**os.environ, "COLUMNS": "300"}
+
+
+def test_eval_counts_invalid_lines_of_the_readme_sample() -> None:
+    result = cli("eval", str(SAMPLE), "--json", "--no-datasketch")
+    assert "Traceback" not in result.stderr
+    assert "skipped 2 line(s) that are not documents (bad-text 1, not-json 1)" in result.stderr
+    assert f"first: {SAMPLE}:401:" in result.stderr
+    report = orjson.loads(result.stdout)
+    assert report["documents"] == 400  # 402 lines: two are not documents
+    assert report["skipped_lines"] == 2 and report["skipped_by_reason"] == {"not-json": 1, "bad-text": 1}
+    tables = cli("eval", str(SAMPLE), "--no-datasketch")
+    assert "skipped 2 line(s)" in tables.stderr and "Traceback" not in tables.stderr
+
+
+def _help(command: str) -> str:
+    result = subprocess.run([*CLI, command, "--help"], capture_output=True, text=True, timeout=120, env=WIDE)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_dedupe_and_eval_help_show_their_defaults() -> None:
+    dedupe = _help("dedupe")
+    for text in (
+        "Jaccard threshold. [default: 0.8]",
+        "MinHash permutations. [default: 128]",
+        "MinHash seed. [default: 1]",
+        "[default: word:3]",
+        "exact match only. [default: 10]",
+        "[default: 0.2]",
+        "[default: 0.01]",
+        "[default: estimate]",
+        "[default: 512]",
+        "[default: 1048576]",
+        "[default: 100]",
+    ):
+        assert text in dedupe, text
+    evaluate = _help("eval")
+    for text in ("Jaccard threshold. [default: 0.8]", "[default: 128]", "[default: word:3]", "[default: 10]"):
+        assert text in evaluate, text
+    assert "\\[" not in dedupe + evaluate  # the escapes are consumed, not shown
+
+
+@pytest.mark.parametrize("command", ["dedupe", "clusters", "explain", "expire", "boilerplate", "eval", "tune"])
+def test_every_option_of_every_command_shows_its_default(command: str) -> None:
+    rows = [line for line in _help(command).splitlines() if re.match(r"│\s+(\*\s+)?--", line)]
+    assert rows
+    for row in rows:
+        if "--help" in row:
+            continue
+        assert "[default:" in row or "[required]" in row, row
+
+
+def _corpus(tmp_path: Path, n: int = 3000) -> Path:
+    path = tmp_path / "in.jsonl"
+    lines = (
+        orjson.dumps({"id": f"doc-{i:05d}", "text": f"short note number {i}", "updated_at": "2020-01-01T00:00:00Z"})
+        for i in range(n)
+    )
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+def _run_into_closed_pipe(args: list[str]) -> subprocess.CompletedProcess[bytes]:
+    """Run with stdout a pipe whose reader has already gone (every write fails with EPIPE)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run([*CLI, *args], stdout=write_end, stderr=subprocess.PIPE, timeout=300)
+    finally:
+        os.close(write_end)
+
+
+def test_a_closed_stdout_ends_every_command_with_exit_0(tmp_path: Path) -> None:
+    corpus = _corpus(tmp_path)
+    state = tmp_path / "s"
+    cli("dedupe", str(corpus), "--state", str(state), "--no-progress")
+    (tmp_path / "a.txt").write_text("one two three four")
+    (tmp_path / "b.txt").write_text("one two three five")
+    commands = [
+        ["clusters", "--state", str(state), "--min-size", "1"],
+        ["dedupe", str(corpus), "--state", str(tmp_path / "s2"), "--events", "-", "--no-progress"],
+        ["expire", "--state", str(state), "--max-age", "=1d", "--dry-run"],
+        ["explain", str(tmp_path / "a.txt"), str(tmp_path / "b.txt")],
+        ["eval", str(corpus), "--json", "--no-datasketch"],
+        ["eval", str(corpus), "--no-datasketch"],
+    ]
+    for args in commands:
+        result = _run_into_closed_pipe(args)
+        stderr = result.stderr.decode()
+        assert result.returncode == 0, (args, stderr)
+        assert "Traceback" not in stderr and "Exception ignored" not in stderr, (args, stderr)
+
+
+def test_clusters_into_head_exits_0_like_unix_tools(tmp_path: Path) -> None:
+    state = tmp_path / "s"
+    cli("dedupe", str(_corpus(tmp_path)), "--state", str(state), "--no-progress")
+    command = " ".join([*CLI, "clusters", "--state", str(state), "--min-size", "1"])
+    result = subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {command} | head -1"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("\n") == 1 and '"cluster"' in result.stdout
+    assert result.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--threshold", "1.5"], "threshold must be in (0, 1]"),
+        (["--num-perm", "7"], "num_perm must be between 16 and 1024"),
+        (["--verify", "fuzzy"], "verify must be 'estimate' or 'exact'"),
+        (["--lsh-margin", "0.8"], "lsh_margin must be in [0, threshold)"),
+        (["--threshold", "0.3", "--lsh-margin", "0.2999999"], "LSH threshold"),
+        (["--bands", "3"], "give both bands and rows"),
+        (["--shingle", "words"], "cannot parse shingle spec"),
+        (["--batch-size", "0"], "batch_size must be between"),
+        (["--strip-pattern", "("], "invalid regular expression"),
+        (["--events", "/nonexistent-dir/events.jsonl"], "does not exist or is not writable"),
+    ],
+)
+def test_a_rejected_flag_creates_nothing(tmp_path: Path, flags: list[str], message: str) -> None:
+    state = tmp_path / "s"
+    result = cli("dedupe", str(SAMPLE), "--state", str(state), "--no-progress", *flags, check=False)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert not state.exists()
+
+
+def test_read_only_commands_refuse_a_missing_or_empty_state(tmp_path: Path) -> None:
+    missing = tmp_path / "missing"
+    for args in (
+        ["clusters"],
+        ["boilerplate"],
+        ["expire", "--max-age", "=1d"],
+        ["explain", "a", "b"],
+    ):
+        result = cli(*args, "--state", str(missing), check=False)
+        assert result.returncode == 2 and "does not exist" in result.stderr, (args, result.stderr)
+        assert f"stream-dedupe dedupe FILE.jsonl --state {missing}" in result.stderr
+        assert not missing.exists()
+    (tmp_path / "plain").mkdir()
+    plain = cli("clusters", "--state", str(tmp_path / "plain"), check=False)
+    assert plain.returncode == 2 and "is not a stream-dedupe state directory" in plain.stderr
+    RocksStore(tmp_path / "empty").close()  # what an old failed run left behind
+    empty = cli("clusters", "--state", str(tmp_path / "empty"), check=False)
+    assert empty.returncode == 2 and "is empty" in empty.stderr and empty.stdout == ""
+    # dedupe refuses to turn a directory with other files into a state
+    (tmp_path / "plain" / "notes.txt").write_text("mine")
+    taken = cli("dedupe", str(SAMPLE), "--state", str(tmp_path / "plain"), "--no-progress", check=False)
+    assert taken.returncode == 2 and "is not a stream-dedupe state directory" in taken.stderr
+    assert sorted(p.name for p in (tmp_path / "plain").iterdir()) == ["notes.txt"]
+
+
+def test_clusters_help_says_the_state_must_exist() -> None:
+    text = _help("clusters")
+    assert "created if missing" not in text and "must exist" in text
+    assert "created if missing" in _help("dedupe")
+
+
+def test_a_parameter_mismatch_names_the_flag_the_user_passed(tmp_path: Path) -> None:
+    state = tmp_path / "s"
+    cli("dedupe", str(SAMPLE), "--state", str(state), "--no-progress")
+
+    def refused(*flags: str) -> str:
+        result = cli("dedupe", str(SAMPLE), "--state", str(state), "--no-progress", *flags, check=False)
+        assert result.returncode == 2
+        return result.stderr
+
+    threshold = refused("--threshold", "0.7")
+    assert "threshold: state has 0.8, this run asks for 0.7 (--threshold; the LSH bands and rows follow" in threshold
+    assert "bands: state has" not in threshold and "rows: state has" not in threshold
+    margin = refused("--lsh-margin", "0.3")
+    assert "--lsh-margin 0.3 re-chose them" in margin and "LSH layout: state has" in margin
+    assert "bands: state has" not in margin
+    assert "(--num-perm" in refused("--num-perm", "64")
+    assert "(--verify)" in refused("--verify", "exact")
+    assert "--strip-pattern" in refused("--strip-pattern", "x")
+    assert "--bands/--rows" in refused("--bands", "10", "--rows", "5")
+
+
+def test_mismatch_message_is_none_when_parameters_agree() -> None:
+    params = DedupeParams().to_state()
+    assert mismatch_message(params, dict(params), 0.2) is None
+    other = DedupeParams(seed=2).to_state()
+    message = mismatch_message(params, other, 0.2)
+    assert message is not None and "seed: state has 1, this run asks for 2 (--seed)" in message
+
+
+PROGRESS_LINE = re.compile(r"^dedupe: 402 docs, [\d,]+ docs/s, 116 dups, [\d.]+ s \(100% of the input\)$")
+
+
+def test_progress_without_a_terminal_is_whole_lines(tmp_path: Path) -> None:
+    result = cli("dedupe", str(SAMPLE), "--state", str(tmp_path / "s"))
+    lines = result.stderr.splitlines()
+    assert any(PROGRESS_LINE.match(line) for line in lines), result.stderr
+    assert "━" not in result.stderr  # no bar, so nothing to wrap
+    for line in lines:  # nothing else: a wrapped line would leave a fragment here
+        known = line == "stream-dedupe summary" or line[0] in "┌│├└" or "compil" in line
+        assert PROGRESS_LINE.match(line) or known, line
+
+
+def test_progress_on_a_terminal_is_a_bar(tmp_path: Path) -> None:
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen(
+        [*CLI, "dedupe", str(SAMPLE), "--state", str(tmp_path / "s")],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=terminal,
+        env={**os.environ, "COLUMNS": "160", "TERM": "xterm"},
+    )
+    os.close(terminal)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # the terminal closed: the process is done
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(controller)
+    assert proc.wait(timeout=300) == 0
+    text = output.decode(errors="replace")
+    assert "━" in text and "docs/s" in text and "stream-dedupe summary" in text
+    assert not PROGRESS_LINE.search(text)
+
+
+def test_first_run_says_it_compiles_the_kernels_and_the_second_loads_them(tmp_path: Path) -> None:
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba-cache")}  # an empty cache: a fresh install
+
+    def run(state: str) -> str:
+        result = subprocess.run(
+            [*CLI, "dedupe", str(SAMPLE), "--state", str(tmp_path / state)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stderr
+
+    first = run("s1")
+    assert "compiling the numba kernels (first run after an install only" in first
+    assert str(tmp_path / "numba-cache") in first and re.search(r"compiled \d+ numba kernels in [\d.]+ s", first)
+    second = run("s2")
+    assert "compil" not in second
+    assert any(PROGRESS_LINE.match(line) for line in second.splitlines())
+
+
+def test_make_warms_the_kernels_after_installing() -> None:
+    makefile = (REPO / "Makefile").read_text()
+    recipe = makefile.split("$(STAMP): pyproject.toml", 1)[1].split("\n\n", 1)[0]
+    assert "stream_dedupe.warmup" in recipe
+
+
+def test_warmup_module_compiles_into_the_given_cache(tmp_path: Path) -> None:
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    result = subprocess.run(
+        [sys.executable, "-m", "stream_dedupe.warmup"], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert result.returncode == 0, result.stderr
+    assert "kernels ready" in result.stdout
+    assert list((tmp_path / "cache").rglob("*.nbi"))

@@ -1,0 +1,65 @@
+"""Start-up of ``dedupe``: nothing imported that a run does not need, the same choices without datasketch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from datasketch.lsh import _optimal_param
+
+from stream_dedupe.core.lsh import FP_FN_WEIGHTS, choose_bands
+from stream_dedupe.core.lsh_params import optimal_layout
+
+from .test_cli import CLI
+
+PROBE = """
+import sys
+sys.argv = ["stream-dedupe", "dedupe", sys.argv[1], "--state", sys.argv[2], "--no-progress"]
+from stream_dedupe.cli import main
+try:
+    main()
+except SystemExit as exc:
+    assert not exc.code, exc.code
+import orjson
+sys.stdout.buffer.write(orjson.dumps(sorted(sys.modules)))
+"""
+
+
+def test_dedupe_imports_no_tool_or_worker_dependency(tmp_path: Path) -> None:
+    path = tmp_path / "one.jsonl"
+    path.write_bytes(b'{"id": "a", "text": "one document with enough words to be signed by the minhash kernels"}\n')
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, str(path), str(tmp_path / "s")], capture_output=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    modules = set(orjson.loads(result.stdout.splitlines()[-1]))
+    assert "stream_dedupe.core.kernels" in modules  # the probe did sign the document
+    for heavy in ("datasketch", "scipy.integrate", "scipy.special", "faust", "aiokafka", "matplotlib",
+                  "stream_dedupe.worker.cli", "rich.progress"):
+        assert heavy not in modules, heavy
+
+
+def test_worker_commands_are_still_registered_when_asked_for() -> None:
+    listing = subprocess.run([*CLI, "--help"], capture_output=True, text=True, timeout=120)
+    assert listing.returncode == 0 and "worker" in listing.stdout and "produce" in listing.stdout
+    worker = subprocess.run([*CLI, "worker", "--help"], capture_output=True, text=True, timeout=120)
+    assert worker.returncode == 0, worker.stderr
+    assert "Run the Kafka worker" in worker.stdout
+
+
+@pytest.mark.parametrize("num_perm", [16, 64, 128, 256])
+@pytest.mark.parametrize("threshold", [0.1, 0.25, 0.4, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.85, 0.95])
+def test_band_layout_is_datasketchs_without_scipy(threshold: float, num_perm: int) -> None:
+    expected = _optimal_param(threshold, num_perm, *FP_FN_WEIGHTS)
+    assert optimal_layout(threshold, num_perm, FP_FN_WEIGHTS) == expected
+    assert choose_bands(threshold, num_perm) == expected
+
+
+def test_a_near_tie_is_left_to_datasketch() -> None:
+    # with equal weights on a 1-permutation index there is exactly one layout: never a tie
+    assert optimal_layout(0.5, 1, (0.5, 0.5)) == (1, 1)
+    # weights of zero make every layout's error 0: a tie, so datasketch decides (its first layout)
+    assert optimal_layout(0.5, 16, (0.0, 0.0)) is None
