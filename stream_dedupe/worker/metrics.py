@@ -105,7 +105,37 @@ class WorkerMetrics:
         self.decider = Gauge(
             "stream_dedupe_decider", "1 on the one worker that runs the decide stage (owns the index).", registry=r
         )
+        self.poison_retries = PromCounter(
+            "stream_dedupe_poison_retries",
+            "Batches or records whose processing failed with an error blamed on a record, and was retried.",
+            registry=r,
+        )
+        self.oversize_outputs = PromCounter(
+            "stream_dedupe_oversize_outputs",
+            "Outputs over their topic's max.message.bytes, dead-lettered instead (output-too-large).",
+            ["topic"],
+            registry=r,
+        )
+        self.oversize_changelog = Gauge(
+            "stream_dedupe_oversize_changelog_records",
+            "State values too large for their changelog topic even compressed (kept locally only).",
+            registry=r,
+        )
+        self.broker_connected = Gauge(
+            "stream_dedupe_broker_connected",
+            "1 while this worker's clients reach a Kafka broker (0 during an outage).",
+            registry=r,
+        )
+        self.broker_last_contact = Gauge(
+            "stream_dedupe_broker_last_contact_seconds",
+            "Seconds since a client of this worker last had a connection to a broker.",
+            registry=r,
+        )
         self._last: Counter[str] = Counter()
+
+    def restart_counters(self) -> None:
+        """The engine was rebuilt (its cumulative counters start again from zero)."""
+        self._last = Counter()
 
     def record_batch(self, events: Sequence[dict[str, Any]], counters: Counter[str], records: int) -> None:
         """Account for one decided batch (its events and the engine's cumulative counters)."""

@@ -136,6 +136,7 @@ async def start_worker_producer(settings: WorkerSettings, role: str = "decide", 
         max_batch_size=900_000,
         max_request_size=8 << 20,
         request_timeout_ms=1_200_000,
+        compression_type=settings.producer_compression,  # batches are cut to the topics' limits uncompressed
         client_id=f"{settings.app_id}-{role}",
         **txn,
         **client_security(settings),
