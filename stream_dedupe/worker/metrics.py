@@ -7,6 +7,7 @@ prefix ``stream_dedupe_``, base units (seconds, bytes), ``_total`` on counters.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -190,6 +191,7 @@ async def refresh_gauges(app: Any, rt: Any) -> None:
 
     input_topic_name = rt.settings.input_topic
     m = rt.metrics
+    update_broker_status(rt)
     m.state_bytes.set(dir_bytes(rt.settings.state_dir))
     engine = rt.engine
     if engine is not None:
@@ -215,3 +217,34 @@ async def refresh_gauges(app: Any, rt: Any) -> None:
                 high = consumer.highwater(tp)
                 if high is not None:
                     m.lag.labels(tp.topic, str(tp.partition)).set(max(int(high) - rt.index_offset - 1, 0))
+
+
+def _clients(rt: Any) -> list[Any]:
+    """The aiokafka clients (``AIOKafkaClient``) of the worker's own producers and consumers."""
+    sign = getattr(rt, "sign", None)
+    owners = [rt.producer, *list(rt.consumers)]
+    if sign is not None:
+        owners += [sign.producer, sign.consumer]
+    return [c for c in (getattr(o, "client", None) or getattr(o, "_client", None) for o in owners if o) if c]
+
+
+def update_broker_status(rt: Any) -> bool:
+    """Set ``broker_connected`` / ``broker_last_contact_seconds`` from the clients' open connections."""
+    connected = False
+    for client in _clients(rt):
+        conns = getattr(client, "_conns", {}) or {}
+        if any(conn.connected() for conn in list(conns.values())):
+            connected = True
+            break
+    now = time.monotonic()
+    if connected or not hasattr(rt, "broker_seen_at"):
+        rt.broker_seen_at = now
+    rt.metrics.broker_connected.set(int(connected))
+    rt.metrics.broker_last_contact.set(round(now - rt.broker_seen_at, 3))
+    return connected
+
+
+def broker_status(rt: Any) -> dict[str, Any]:
+    """The broker connectivity part of the ``/readyz`` body."""
+    connected = update_broker_status(rt)
+    return {"connected": connected, "last_contact_seconds": round(time.monotonic() - rt.broker_seen_at, 3)}
