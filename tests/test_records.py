@@ -1,8 +1,7 @@
 from __future__ import annotations
 
-import pytest
-
 import orjson
+import pytest
 
 from stream_dedupe.core.records import (
     Deletion,

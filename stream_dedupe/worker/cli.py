@@ -97,6 +97,22 @@ def worker(
     ssl_cafile: SslCafile = None,
     ssl_certfile: SslCertfile = None,
     ssl_keyfile: SslKeyfile = None,
+    compression_type: Annotated[
+        str | None, _opt("compression_type", "zstd, lz4, gzip, snappy or none [default: zstd].")
+    ] = None,
+    max_id_bytes: Annotated[int | None, _opt("max_id_bytes", "Longer ids are id-too-long [default: 512].")] = None,
+    max_metadata_bytes: Annotated[
+        int | None, _opt("max_metadata_bytes", "Larger metadata is metadata-too-large [default: 65536].")
+    ] = None,
+    max_metadata_fields: Annotated[
+        int | None, _opt("max_metadata_fields", "More metadata fields: metadata-too-large [default: 1000].")
+    ] = None,
+    dlq_max_payload_bytes: Annotated[
+        int | None, _opt("dlq_max_payload_bytes", "Original bytes a dead letter carries [default: 65536].")
+    ] = None,
+    poison_retries: Annotated[
+        int | None, _opt("poison_retries", "Failures of one record before it is dead-lettered [default: 3].")
+    ] = None,
 ) -> None:
     """Run the Kafka worker: dedupe the input topic into events, a compacted canonical topic and a DLQ."""
     flags = {k: v for k, v in locals().items()}
