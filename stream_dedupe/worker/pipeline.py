@@ -29,7 +29,7 @@ from stream_dedupe.core.records import Invalid, ParseLimits, Record, parse_keyed
 from stream_dedupe.core.signer import Signed
 from stream_dedupe.errors import StreamDedupeError
 from stream_dedupe.worker.metrics import WorkerMetrics
-from stream_dedupe.worker.poison import is_record_error, is_transient
+from stream_dedupe.worker.poison import ChangelogError, is_record_error, is_transient
 from stream_dedupe.worker.settings import WorkerSettings
 from stream_dedupe.worker.sign import FETCH_MAX_WAIT_MS, SIGNED_HEADER, SignStage
 from stream_dedupe.worker.sizes import TopicLimits, dead_letter, read_topic_limits
@@ -419,6 +419,8 @@ async def _decide_batch(
         records.append(override or _record(m, rt.parse_limits))
         origins.append(origin)
         signed.append(None if override else _signed(engine, m))
+    if override is None:
+        _poison_fault(records)
     last_index = messages[-1].offset
     meta: dict[bytes, bytes | None] = {INDEX_OFFSET_KEY: b"%d" % last_index}
     if records:
@@ -481,7 +483,7 @@ async def await_settled(rt: Runtime) -> None:
         except Exception as exc:
             failures += 0 if is_transient(exc) else 1
             if failures >= rt.settings.poison_retries:
-                raise
+                raise ChangelogError(f"the state's changelog cannot be written: {exc!r}") from exc
             log.warning("sending the state's changelog failed (%r): sending it again", exc)
             await asyncio.sleep(1.0)
             rt.settling = asyncio.ensure_future(rt.store.settle(rt.producer))
@@ -490,6 +492,18 @@ async def await_settled(rt: Runtime) -> None:
 def _fault_point(rt: Runtime, name: str) -> None:
     """Fault injection for the recovery tests (see :func:`~stream_dedupe.worker.store.fault_point`)."""
     fault_point(name)
+
+
+def _poison_fault(records: list[Record]) -> None:
+    """Fault injection for the poison-record test: ``STREAM_DEDUPE_FAULT=poison:<id>`` fails on that document.
+
+    Never set in production: the engine has no input known to fail, so the test makes one.
+    """
+    fault = os.environ.get("STREAM_DEDUPE_FAULT", "")
+    if fault.startswith("poison:"):
+        doc_id = fault.removeprefix("poison:")
+        if any(getattr(r, "doc_id", None) == doc_id and not isinstance(r, Invalid) for r in records):
+            raise RuntimeError(f"fault injection: document {doc_id!r} cannot be processed")
 
 
 def _short_key(s: WorkerSettings, key: bytes | None) -> bytes | None:

@@ -24,6 +24,10 @@ _RECORD_KAFKA_ERRORS = (
 )
 
 
+class ChangelogError(RuntimeError):
+    """The state's changelog could not be written after retries: no record is to blame."""
+
+
 def is_transient(exc: BaseException) -> bool:
     """True for a broker outage or a slow broker: retry without blaming a record."""
     if isinstance(exc, errors.KafkaError):
@@ -35,4 +39,4 @@ def is_record_error(exc: BaseException) -> bool:
     """True for an error a record can cause (see the module docstring)."""
     if isinstance(exc, errors.KafkaError):
         return isinstance(exc, _RECORD_KAFKA_ERRORS)
-    return not is_transient(exc) and isinstance(exc, Exception)
+    return not is_transient(exc) and isinstance(exc, Exception) and not isinstance(exc, ChangelogError)

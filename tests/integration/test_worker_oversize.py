@@ -132,3 +132,34 @@ def test_oversize_and_odd_records_get_one_outcome_each(broker: Broker, names: Na
     status, body = w.get("/metrics")
     assert status == 200 and 'stream_dedupe_invalid_records_total{reason="too-large"} 2.0' in body.decode()
     assert w.stop() == 0
+
+
+def test_a_record_that_keeps_failing_is_dead_lettered(broker: Broker, names: Names, workers: Any) -> None:
+    """The poison-record policy: a document the decide stage fails on (a test-only fault hook) is
+    retried, isolated from its batch, and dead-lettered as unprocessable; the rest is decided."""
+    w = workers(extra=["--poison-retries", "2"])
+    w.env = {"STREAM_DEDUPE_FAULT": "poison:d7"}
+    w.start()
+    w.wait_ready()
+    assert w.proc is not None
+    pid = w.proc.pid
+    records = [(f"d{i}".encode(), doc(i)) for i in range(30)]
+    send(broker.bootstrap, names.input, records, "zstd")
+    msgs = consume(broker.bootstrap, names.events, until=n_document_events(len(records)), timeout=120)
+    by_id: dict[str, set[bytes]] = {}
+    for m in msgs:
+        event = m.json()
+        if event["event"] in ("new", "duplicate-of", "invalid"):
+            by_id.setdefault(event["id"], set()).add(m.value or b"")
+    assert set(by_id) == {f"d{i}" for i in range(30)} and all(len(v) == 1 for v in by_id.values())
+    poison = orjson.loads(next(iter(by_id["d7"])))
+    assert poison["event"] == "invalid" and poison["reason"] == "unprocessable"
+    assert "failed 2 times" in poison["detail"] and "cannot be processed" in poison["detail"]
+    assert all(orjson.loads(next(iter(v)))["event"] == "new" for k, v in by_id.items() if k != "d7")
+    (letter,) = [m.json() for m in consume(broker.bootstrap, names.dlq, until=lambda ms: len(ms) >= 1)]
+    assert letter["reason"] == "unprocessable" and base64.b64decode(letter["value_b64"]) == doc(7)
+    assert w.proc.poll() is None and w.proc.pid == pid and w.log().count("engine ready") == 1
+    metrics = w.get("/metrics")[1].decode()
+    assert 'stream_dedupe_invalid_records_total{reason="unprocessable"} 1.0' in metrics
+    assert "stream_dedupe_poison_retries_total 0.0" not in metrics
+    assert w.stop() == 0
