@@ -25,14 +25,15 @@ from aiokafka.partitioner import DefaultPartitioner  # type: ignore[import-untyp
 
 from stream_dedupe.core.engine import DedupeEngine
 from stream_dedupe.core.events import DOCUMENT_EVENTS
-from stream_dedupe.core.records import Invalid, ParseLimits, Record, parse_keyed, peek_id
+from stream_dedupe.core.records import Invalid, ParseLimits, Record, parse_keyed
 from stream_dedupe.core.signer import Signed
 from stream_dedupe.errors import StreamDedupeError
 from stream_dedupe.worker.metrics import WorkerMetrics
-from stream_dedupe.worker.poison import ChangelogError, is_record_error, is_transient
+from stream_dedupe.worker.outputs import fit_outputs, invalid_letter, poison_fault, short_key
+from stream_dedupe.worker.poison import await_settled, decide_safely
 from stream_dedupe.worker.settings import WorkerSettings
 from stream_dedupe.worker.sign import FETCH_MAX_WAIT_MS, SIGNED_HEADER, SignStage
-from stream_dedupe.worker.sizes import TopicLimits, dead_letter, read_topic_limits
+from stream_dedupe.worker.sizes import TopicLimits, read_topic_limits
 from stream_dedupe.worker.store import FaustTableStore, fault_point, send_batches
 
 log = logging.getLogger("stream_dedupe.worker")
@@ -77,7 +78,6 @@ class Runtime:
     #: exactly_once: index records below this offset were published by a committed transaction
     #: whose state was not committed yet: they are decided again without publishing.
     replay_until: int = -1
-    fault_passes: int = 0
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     consumers: list[Any] = field(default_factory=list)
     partitions: dict[str, list[int]] = field(default_factory=dict)
@@ -252,54 +252,11 @@ async def _decide_loop(app: faust.App, rt: Runtime) -> None:
             quiet = [m for m in messages if m.offset < rt.replay_until]
             if quiet:
                 log.warning("deciding %d records again without publishing (their outputs are committed)", len(quiet))
-                await _decide_safely(rt, quiet, publish=False)
+                await decide_safely(rt, quiet, False, _decide_batch, _reset_engine)
             loud = messages[len(quiet) :]
             if loud:
-                await _decide_safely(rt, loud)
+                await decide_safely(rt, loud, True, _decide_batch, _reset_engine)
         messages = []
-
-
-async def _decide_safely(rt: Runtime, messages: list[Any], publish: bool = True) -> None:
-    """Decide a batch under the poison-record policy (docs/worker.md, "Poison records").
-
-    A broker outage is waited out (retried without limit). An error tied to the records (the
-    engine failing on one, an output refused) is retried record by record; a record that fails
-    ``poison_retries`` times in a row is dead-lettered as ``unprocessable`` and the stream goes
-    on. Other errors (fenced by a new decider, authorization) stop the stage as before.
-    """
-    attempt = 0
-    while True:
-        try:
-            await _decide_batch(rt, messages, publish)
-            return
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            if not (is_transient(exc) or is_record_error(exc)):
-                raise
-            await _reset_engine(rt)
-            if is_transient(exc):
-                log.warning("deciding %d records failed (%r): retrying", len(messages), exc)
-                await asyncio.sleep(1.0)
-                continue
-            attempt += 1
-            rt.metrics.poison_retries.inc()
-            log.error("deciding %d records failed (%r), attempt %d", len(messages), exc, attempt)
-            if len(messages) > 1:
-                for m in messages:  # find the record that fails: one at a time
-                    await _decide_safely(rt, [m], publish)
-                return
-            if attempt >= rt.settings.poison_retries:
-                detail = (
-                    f"processing this record failed {attempt} times ({type(exc).__name__}: {str(exc)[:300]}); it was "
-                    "dead-lettered so that later records flow"
-                )
-                log.error("dead-lettering the record at index offset %d: %s", messages[0].offset, detail)
-                m = messages[0]
-                doc_id = m.key.decode("utf-8", "replace") if m.key else peek_id(m.value or b"")
-                await _decide_batch(rt, messages, publish, override=Invalid("unprocessable", detail, doc_id))
-                return
-            await asyncio.sleep(0.2 * attempt)
 
 
 async def _reset_engine(rt: Runtime) -> None:
@@ -386,7 +343,7 @@ async def _publish_transaction(rt: Runtime, outputs: list[Any], last_index: int)
         for future in await _publish(rt, outputs, producer):
             await future
         await producer.send_offsets_to_transaction({TopicPartition(s.index_topic, 0): last_index + 1}, s.decide_group)
-        _fault_point(rt, "before-commit")
+        fault_point("before-commit")
         await producer.commit_transaction()
     except BaseException:  # cancelled, or an error: the next attempt starts a new transaction
         with contextlib.suppress(Exception):
@@ -420,7 +377,7 @@ async def _decide_batch(
         origins.append(origin)
         signed.append(None if override else _signed(engine, m))
     if override is None:
-        _poison_fault(records)
+        poison_fault(records)
     last_index = messages[-1].offset
     meta: dict[bytes, bytes | None] = {INDEX_OFFSET_KEY: b"%d" % last_index}
     if records:
@@ -436,17 +393,18 @@ async def _decide_batch(
                 origin = origins[i]
                 headers = [("sd-origin", f"{origin.topic}/{origin.partition}/{origin.offset}".encode())]
             event_id = event.get("id")
-            key = event_id.encode() if event_id else _short_key(s, origin.key)
+            key = event_id.encode() if event_id else short_key(s, origin.key)
             outputs.append((s.events_topic, key, dumps(event), headers))
             if event["event"] == "invalid":
-                outputs.append((s.dlq_topic, _short_key(s, origin.key), _dlq(rt, event, origin), headers))
+                letter = invalid_letter(s, rt.sizes, event, origin)
+                outputs.append((s.dlq_topic, short_key(s, origin.key), letter, headers))
         for doc_id, raw in updates:
             outputs.append((s.deduped_topic, doc_id.encode(), raw, ()))
-        outputs = _fit_outputs(rt, outputs)
+        outputs = fit_outputs(s, rt.sizes, rt.metrics, outputs)
         if publish:
             if s.exactly_once:
                 await _publish_transaction(rt, outputs, last_index)
-                _fault_point(rt, "after-publish")
+                fault_point("after-publish")
             else:
                 for future in await _publish(rt, outputs):
                     await future  # every output acknowledged before the state records the decision
@@ -464,96 +422,3 @@ async def _decide_batch(
     rt.settling = asyncio.ensure_future(store.settle(producer))
     rt.index_offset = last_index
     rt.decided.update(new_offsets)
-
-
-async def await_settled(rt: Runtime) -> None:
-    """Wait for the previous batch's changelog acknowledgements, sending them again after a failure.
-
-    The store keeps the records of a failed send (and its journal), so a retry sends the whole
-    sequence again (idempotent); an outage is waited out, a persistent error stops the stage
-    (the journal is re-applied at the next start).
-    """
-    failures = 0
-    while rt.settling is not None:
-        try:
-            await asyncio.shield(rt.settling)
-            rt.settling = None
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            failures += 0 if is_transient(exc) else 1
-            if failures >= rt.settings.poison_retries:
-                raise ChangelogError(f"the state's changelog cannot be written: {exc!r}") from exc
-            log.warning("sending the state's changelog failed (%r): sending it again", exc)
-            await asyncio.sleep(1.0)
-            rt.settling = asyncio.ensure_future(rt.store.settle(rt.producer))
-
-
-def _fault_point(rt: Runtime, name: str) -> None:
-    """Fault injection for the recovery tests (see :func:`~stream_dedupe.worker.store.fault_point`)."""
-    fault_point(name)
-
-
-def _poison_fault(records: list[Record]) -> None:
-    """Fault injection for the poison-record test: ``STREAM_DEDUPE_FAULT=poison:<id>`` fails on that document.
-
-    Never set in production: the engine has no input known to fail, so the test makes one.
-    """
-    fault = os.environ.get("STREAM_DEDUPE_FAULT", "")
-    if fault.startswith("poison:"):
-        doc_id = fault.removeprefix("poison:")
-        if any(getattr(r, "doc_id", None) == doc_id and not isinstance(r, Invalid) for r in records):
-            raise RuntimeError(f"fault injection: document {doc_id!r} cannot be processed")
-
-
-def _short_key(s: WorkerSettings, key: bytes | None) -> bytes | None:
-    """An input key as the key of an output (a key over ``max_id_bytes`` is cut: it is invalid anyway)."""
-    return key if key is None or len(key) <= s.max_id_bytes + 1 else key[: s.max_id_bytes + 1]
-
-
-def _origin_of(headers: Any) -> dict[str, Any]:
-    for key, value in headers or ():
-        if key == "sd-origin":
-            topic, partition, offset = value.decode().rsplit("/", 2)
-            return {"topic": topic, "partition": int(partition), "offset": int(offset)}
-    return {}
-
-
-def _fit_outputs(
-    rt: Runtime, outputs: list[tuple[str, bytes | None, bytes | None, Any]]
-) -> list[tuple[str, bytes | None, bytes | None, Any]]:
-    """Every output that its topic would refuse becomes a dead letter (``output-too-large``)."""
-    s, sizes = rt.settings, rt.sizes
-    assert sizes is not None
-    out = []
-    for topic, key, value, headers in outputs:
-        if sizes.fits(topic, key, value, headers or ()):
-            out.append((topic, key, value, headers))
-            continue
-        limit = sizes.max_bytes(topic)
-        detail = (
-            f"a {len(value or b'')}-byte record for topic {topic} is over its max.message.bytes ({limit}); it is "
-            "dead-lettered instead (raise the topic's max.message.bytes to receive such records)"
-        )
-        log.error("%s", detail)
-        rt.metrics.oversize_outputs.labels(topic).inc()
-        letter = dead_letter(s, sizes, "output-too-large", detail, _origin_of(headers), key, value or b"")
-        out.append((s.dlq_topic, _short_key(s, key), letter, headers))
-    return out
-
-
-def _dlq(rt: Runtime, event: dict[str, Any], origin: _Origin) -> bytes:
-    """The DLQ record of an invalid input record: its bytes (up to a bound), size, hash, reason and origin."""
-    assert rt.sizes is not None
-    return dead_letter(
-        rt.settings,
-        rt.sizes,
-        event["reason"],
-        event["detail"],
-        origin.as_dict(),
-        origin.key,
-        origin.value or b"",
-        origin.size,
-        origin.sha256,
-        event.get("id"),
-    )
