@@ -193,6 +193,7 @@ async def refresh_gauges(app: Any, rt: Any) -> None:
     m = rt.metrics
     update_broker_status(rt)
     m.state_bytes.set(dir_bytes(rt.settings.state_dir))
+    m.oversize_changelog.set(rt.store.oversize)
     engine = rt.engine
     if engine is not None:
         docs = rt.store.count("docs")

@@ -151,9 +151,11 @@ class SignStage:
                 h = [("sd-topic", topic), ("sd-partition", partition)]
                 h += [("sd-offset", b"%d" % m.offset), ("sd-ts", b"%d" % ts)]
                 key, value = m.key, m.value
-                if key is not None and len(key) > max_key:
-                    key = key[:max_key]  # still over max_id_bytes: the decide stage says id-too-long
-                if value is None:
+                if key is not None and len(key) > max_key:  # judged here: the key is cut to forward it
+                    detail = f"the Kafka key is {len(key)} bytes, over the limit of {max_key - 1} (max_id_bytes)"
+                    value = self._judged(key[:max_key], value or b"", h, "id-too-long", detail)
+                    key = key[:max_key]
+                elif value is None:
                     h.append(("sd-deleted", b"1"))
                     value = b""
                 elif len(value) > limit:
@@ -188,7 +190,7 @@ class SignStage:
 
     def _judged(self, key: bytes | None, value: bytes, h: list[tuple[str, bytes]], reason: str, detail: str) -> bytes:
         """Judge a record here (it cannot be forwarded): outcome headers, and a prefix of the value."""
-        doc_id = key.decode("utf-8", "replace") if key else peek_id(value)
+        doc_id = None if reason == "id-too-long" else key.decode("utf-8", "replace") if key else peek_id(value)
         h += [(INVALID_HEADER, reason.encode()), (DETAIL_HEADER, detail.encode())]
         h += [(SIZE_HEADER, b"%d" % len(value)), (SHA_HEADER, hashlib.sha256(value).hexdigest().encode())]
         if doc_id:

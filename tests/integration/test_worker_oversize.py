@@ -82,6 +82,7 @@ def test_oversize_and_odd_records_get_one_outcome_each(broker: Broker, names: Na
         (b"meta", fields),
         (b"key-A", orjson.dumps({"id": "json-B", "text": "the key and the id disagree"})),
         (b"by-key", orjson.dumps({"text": " ".join(f"keyed{j}" for j in range(40))})),
+        (b"k" * 2000, orjson.dumps({"text": "a key far over max_id_bytes"})),
     ]
     send(broker.bootstrap, names.input, gz, "gzip")
     send(broker.bootstrap, names.input, plain, "none")
@@ -105,16 +106,20 @@ def test_oversize_and_odd_records_get_one_outcome_each(broker: Broker, names: Na
     assert invalid["bomb"]["reason"] == "too-deep"
     assert invalid["meta"]["reason"] == "metadata-too-large"
     assert invalid["key-A"]["reason"] == "key-mismatch" and "json-B" in invalid["key-A"]["detail"]
-    assert [e["reason"] for e in events if e["event"] == "invalid" and not e["id"]] == ["not-json"]
+    no_id = sorted((e["reason"], e["detail"]) for e in events if e["event"] == "invalid" and not e["id"])
+    assert [reason for reason, _ in no_id] == ["id-too-long", "not-json"] and "2000 bytes" in no_id[0][1]
     assert {e["id"] for e in events if e["event"] == "new"} == {"by-key", *(f"d{i}" for i in range(20))}
     deleted = [e for e in events if e["event"] == "deleted"]
     assert deleted == [{"event": "deleted", "id": "by-key", "known": True, "seq": deleted[0]["seq"]}]
 
-    dlq = [m.json() for m in consume(broker.bootstrap, names.dlq, until=lambda ms: len(ms) >= 6, timeout=60)]
-    assert len(dlq) == 6
+    dlq = [m.json() for m in consume(broker.bootstrap, names.dlq, until=lambda ms: len(ms) >= 7, timeout=60)]
+    assert len(dlq) == 7
     originals = {"big-gz": big_gz, "big-plain": plain_big, "bomb": bomb, "meta": fields, "key-A": None}
     for record in dlq:
         jsonschema.validate(record, DLQ_SCHEMA)
+        if record["reason"] == "id-too-long":
+            assert record["key"] == "k" * 513 and record["id"] is None
+            continue
         original = non_json if record["reason"] == "not-json" else originals[record["id"]]
         if original is None:
             continue
