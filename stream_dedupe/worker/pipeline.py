@@ -224,7 +224,7 @@ async def _decide_loop(app: faust.App, rt: Runtime) -> None:
         rt.sizes = await read_topic_limits(s)
         limit, bound = rt.sizes.doc_limit(s)
         if limit < s.max_doc_bytes:
-            log.warning("documents over %d bytes are too-large (the %s leaves no room for more)", limit, bound)
+            log.info("documents over %d bytes are too-large (the %s leaves no room for more)", limit, bound)
         rt.parse_limits = s.parse_limits(limit)
     rt.store.limits = rt.sizes
     consumer = _new_consumer(s, "decide")

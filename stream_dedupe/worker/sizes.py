@@ -101,16 +101,23 @@ async def read_topic_limits(settings: WorkerSettings) -> TopicLimits:
     out = TopicLimits()
     try:
         existing = set(await admin.list_topics())
-        resources = [ConfigResource(ConfigResourceType.TOPIC, t) for t in topics if t in existing]
         brokers = [ConfigResource(ConfigResourceType.BROKER, str(b.nodeId)) for b in admin._client.cluster.brokers()]
-        for response in await admin.describe_configs(resources + brokers[:1]):
-            for resource in response.resources:
-                entries = {entry[0]: entry[1] for entry in resource[4]}
-                if resource[1] == ConfigResourceType.BROKER.value:
-                    if entries.get("message.max.bytes"):
-                        out.default = int(entries["message.max.bytes"])
-                elif entries.get("max.message.bytes"):
-                    out.limits[resource[3]] = int(entries["max.message.bytes"])
+        topics = [ConfigResource(ConfigResourceType.TOPIC, t) for t in topics if t in existing]
+        for resources in (brokers[:1], topics):  # the broker default first: topics override it
+            if not resources:
+                continue
+            try:
+                responses = await admin.describe_configs(resources)
+            except Exception as exc:  # e.g. no DescribeConfigs permission: Kafka's defaults, said once
+                log.warning("cannot read max.message.bytes (%r): assuming Kafka's default %d", exc, out.default)
+                continue
+            for response in responses:
+                for resource in response.resources:
+                    entries = {entry[0]: entry[1] for entry in resource[4]}
+                    if resource[2] == ConfigResourceType.BROKER.value:
+                        out.default = int(entries.get("message.max.bytes") or out.default)
+                    elif entries.get("max.message.bytes"):
+                        out.limits[resource[3]] = int(entries["max.message.bytes"])
     finally:
         await admin.close()
     log.info("topic size limits (max.message.bytes): %s; broker default %d", out.limits, out.default)
