@@ -312,6 +312,7 @@ def produce(
                 inputs,
                 lambda n, pos: bar.update(task, completed=pos, n=n),
                 security=client_security(settings),
+                compression=settings.producer_compression,
             )
 
     result = asyncio.run(main())

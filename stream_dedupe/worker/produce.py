@@ -78,10 +78,12 @@ async def produce(
     progress: ProgressHook | None = None,
     linger_ms: int = 5,
     security: Mapping[str, Any] | None = None,
+    compression: str | None = "zstd",
 ) -> ProduceResult:
     """Send every line of ``paths`` to ``topic`` and wait for all acknowledgements.
 
     ``security``: client security arguments (:func:`~stream_dedupe.worker.security.client_security`).
+    ``compression``: aiokafka ``compression_type`` (None: none).
     """
     result = ProduceResult()
     started = time.perf_counter()
@@ -91,6 +93,7 @@ async def produce(
         linger_ms=linger_ms,
         max_batch_size=1 << 20,
         max_request_size=8 << 20,
+        compression_type=compression,
         **(security or {}),
     )
     await producer.start()
