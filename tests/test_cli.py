@@ -295,3 +295,27 @@ def test_deletions_file(tmp_path: Path) -> None:
     assert evs[4]["known"] is False and evs[5]["reason"] == "missing-id" and evs[5]["line"] == 3
     clusters = cli("clusters", "--state", str(tmp_path / "s")).stdout.splitlines()
     assert [orjson.loads(c)["members"] for c in clusters] == [["a", "c"]]
+
+
+def test_record_bounds_apply_to_the_embedded_command(tmp_path: Path) -> None:
+    """Issue 13: a JSON bomb is too-deep, long ids and huge metadata are refused, too-large keeps its id."""
+    fine = b'{"id": "ok", "text": "a perfectly fine document with enough words to be signed by minhash ok"}'
+    lines = [
+        b'{"id": "bomb", "text": "x", "metadata": {"a": ' + b"[" * 10_000 + b"]" * 10_000 + b"}}",
+        orjson.dumps({"id": "i" * 600, "text": "a long id"}),
+        orjson.dumps({"id": "meta", "text": "x", "metadata": {f"f{i}": i for i in range(50_000)}}),
+        orjson.dumps({"id": "huge", "text": "y " * 600_000}),
+        fine,
+    ]
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    events = tmp_path / "ev.jsonl"
+    cli("dedupe", str(path), "--state", str(tmp_path / "s"), "--events", str(events), "--no-progress")
+    evs = doc_events(read_jsonl(events))
+    assert [(e["event"], e.get("reason"), e["id"]) for e in evs] == [
+        ("invalid", "too-deep", "bomb"),
+        ("invalid", "id-too-long", None),
+        ("invalid", "metadata-too-large", "meta"),
+        ("invalid", "too-large", "huge"),
+        ("new", None, "ok"),
+    ]

@@ -1,8 +1,18 @@
 from __future__ import annotations
 
+import orjson
 import pytest
 
-from stream_dedupe.core.records import Document, Invalid, parse_document, parse_timestamp
+from stream_dedupe.core.records import (
+    Deletion,
+    Document,
+    Invalid,
+    ParseLimits,
+    parse_document,
+    parse_keyed,
+    parse_timestamp,
+    peek_id,
+)
 
 
 @pytest.mark.parametrize(
@@ -36,3 +46,66 @@ def test_valid_document() -> None:
     assert isinstance(result, Document)
     assert result.updated_at_us == parse_timestamp("2024-05-01T10:00:00Z")
     assert result.source == "wiki" and result.raw == raw
+
+
+# ---------------------------------------------------------------- bounds (issue 13) ----
+def test_json_bomb_is_too_deep_not_not_json() -> None:
+    bomb = b'{"id": "bomb", "text": "x", "metadata": {"a": ' + b"[" * 10_000 + b"]" * 10_000 + b"}}"
+    result = parse_document(bomb, 1 << 20)
+    assert isinstance(result, Invalid) and result.reason == "too-deep"
+    assert result.doc_id == "bomb"  # read cheaply from the first bytes
+    assert isinstance(parse_document(b"[" * 10_000, 1 << 20), Invalid)
+    assert parse_document(b"{" * 5000, 1 << 20).reason == "not-json"  # type: ignore[union-attr]  # invalid, not deep
+
+
+def test_id_length_is_bounded() -> None:
+    limits = ParseLimits(max_id_bytes=16)
+    assert isinstance(parse_document(orjson.dumps({"id": "a" * 16, "text": "x"}), 1 << 20, limits), Document)
+    result = parse_document(orjson.dumps({"id": "é" * 9, "text": "x"}), 1 << 20, limits)  # 18 bytes
+    assert isinstance(result, Invalid) and result.reason == "id-too-long" and "18 bytes" in result.detail
+    default = parse_document(orjson.dumps({"id": "i" * 513, "text": "x"}), 1 << 20)
+    assert isinstance(default, Invalid) and default.reason == "id-too-long"
+
+
+def test_metadata_is_bounded_by_fields_and_bytes() -> None:
+    many = orjson.dumps({"id": "m", "text": "x", "metadata": {f"f{i}": i for i in range(50_000)}})
+    result = parse_document(many, 1 << 20)
+    assert isinstance(result, Invalid) and result.reason == "metadata-too-large" and "50000 fields" in result.detail
+    assert result.doc_id == "m"
+    big = orjson.dumps({"id": "m", "text": "x", "metadata": {"blob": "y" * 70_000}})
+    result = parse_document(big, 1 << 20)
+    assert isinstance(result, Invalid) and result.reason == "metadata-too-large" and "bytes" in result.detail
+    fine = orjson.dumps({"id": "m", "text": "x", "metadata": {"blob": "y" * 1000, "n": 1}})
+    assert isinstance(parse_document(fine, 1 << 20), Document)
+
+
+def test_too_large_recovers_the_top_level_id_cheaply() -> None:
+    raw = orjson.dumps({"metadata": {"id": "nested"}, "id": 'top "quoted"', "text": "x" * 10_000})
+    result = parse_document(raw, 1000)
+    assert isinstance(result, Invalid) and result.reason == "too-large" and result.doc_id == 'top "quoted"'
+    late = orjson.dumps({"text": "x" * 10_000, "id": "after-the-text"})
+    assert parse_document(late, 1000).doc_id is None  # type: ignore[union-attr]  # beyond the peeked prefix
+    assert peek_id(b'{"metadata": {"id": "nested"}}') is None
+    assert peek_id(b"not json at all") is None
+
+
+def test_the_kafka_key_is_the_identity() -> None:
+    limits = ParseLimits()
+    same = parse_keyed(b"a", b'{"id": "a", "text": "x"}', limits)
+    assert isinstance(same, Document) and same.doc_id == "a"
+    no_id = parse_keyed(b"k", b'{"text": "x"}', limits)
+    assert isinstance(no_id, Document) and no_id.doc_id == "k"
+    mismatch = parse_keyed(b"key-A", b'{"id": "json-B", "text": "x"}', limits)
+    assert isinstance(mismatch, Invalid) and mismatch.reason == "key-mismatch" and mismatch.doc_id == "key-A"
+    assert "key-A" in mismatch.detail and "json-B" in mismatch.detail
+    assert parse_keyed(b"key-A", None, limits) == Deletion("key-A")  # a tombstone deletes its key's id
+    flagged = parse_keyed(b"key-A", b'{"id": "json-B", "deleted": true}', limits)
+    assert isinstance(flagged, Invalid) and flagged.reason == "key-mismatch"
+    assert parse_keyed(b"key-A", b'{"deleted": true}', limits) == Deletion("key-A")
+    assert parse_keyed(None, b'{"id": "j", "text": "x"}', limits).doc_id == "j"  # type: ignore[union-attr]
+    bad = parse_keyed(b"k", b'{"text": 5}', limits)
+    assert isinstance(bad, Invalid) and bad.reason == "bad-text" and bad.doc_id == "k"
+    assert parse_keyed(b"\xff", b'{"id": "a", "text": "x"}', limits).reason == "invalid-utf8"  # type: ignore[union-attr]
+    assert parse_keyed(None, None, limits).reason == "missing-id"  # type: ignore[union-attr]
+    long_key = parse_keyed(b"k" * 600, None, limits)
+    assert isinstance(long_key, Invalid) and long_key.reason == "id-too-long"

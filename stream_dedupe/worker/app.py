@@ -40,7 +40,7 @@ from stream_dedupe.core.signer import Signer
 from stream_dedupe.errors import StreamDedupeError
 from stream_dedupe.storage.base import NAMESPACES
 from stream_dedupe.worker.follow import Follower
-from stream_dedupe.worker.metrics import CONTENT_TYPE, WorkerMetrics, refresh_gauges
+from stream_dedupe.worker.metrics import CONTENT_TYPE, WorkerMetrics, broker_status, refresh_gauges
 from stream_dedupe.worker.pipeline import (
     INDEX_OFFSET_KEY,
     INPUT_OFFSET_PREFIX,
@@ -130,7 +130,10 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
         broker_heartbeat_interval=s.heartbeat_interval,
         stream_buffer_maxsize=max(4096, 4 * s.batch_size),
     )
-    index_topic = _raw_topic(app, s.index_topic, 1)
+    # acks=False: Faust's stream never processes the index (the decide task reads it with its own
+    # consumer, positions come from the state), so its monitor must not expect acks from it (else
+    # "Stream has not started processing TP(topic='<app>-index', ...)" after stream_processing_timeout).
+    index_topic = _raw_topic(app, s.index_topic, 1, acks=False)
     tables = {
         ns: app.Table(f"state-{ns}", default=None, key_type=bytes, value_type=bytes, partitions=1, store="rocksdb://")
         for ns in NAMESPACES
@@ -211,15 +214,22 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
         ready = _ready(app, rt)
         role = "decide" if owns_index(app, rt) else "sign"
         body = {"ready": ready, "role": role, "recovered": _recovered(app), "engine": rt.engine is not None}
+        body["broker"] = broker_status(rt)  # an outage is reported here, not as "not ready" (docs/worker.md)
         return web.json(body, status=200 if ready else 503)
 
     return WorkerApp(app, rt, tables)
 
 
-def _raw_topic(app: faust.App, name: str, partitions: int) -> Any:
+def _raw_topic(app: faust.App, name: str, partitions: int, acks: bool = True) -> Any:
     """A topic of raw bytes keys and values (no codec)."""
     return app.topic(
-        name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw", partitions=partitions
+        name,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=partitions,
+        acks=acks,
     )
 
 

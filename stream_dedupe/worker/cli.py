@@ -97,6 +97,22 @@ def worker(
     ssl_cafile: SslCafile = None,
     ssl_certfile: SslCertfile = None,
     ssl_keyfile: SslKeyfile = None,
+    compression_type: Annotated[
+        str | None, _opt("compression_type", "zstd, lz4, gzip, snappy or none [default: zstd].")
+    ] = None,
+    max_id_bytes: Annotated[int | None, _opt("max_id_bytes", "Longer ids are id-too-long [default: 512].")] = None,
+    max_metadata_bytes: Annotated[
+        int | None, _opt("max_metadata_bytes", "Larger metadata is metadata-too-large [default: 65536].")
+    ] = None,
+    max_metadata_fields: Annotated[
+        int | None, _opt("max_metadata_fields", "More metadata fields: metadata-too-large [default: 1000].")
+    ] = None,
+    dlq_max_payload_bytes: Annotated[
+        int | None, _opt("dlq_max_payload_bytes", "Original bytes a dead letter carries [default: 65536].")
+    ] = None,
+    poison_retries: Annotated[
+        int | None, _opt("poison_retries", "Failures of one record before it is dead-lettered [default: 3].")
+    ] = None,
 ) -> None:
     """Run the Kafka worker: dedupe the input topic into events, a compacted canonical topic and a DLQ."""
     flags = {k: v for k, v in locals().items()}
@@ -119,10 +135,12 @@ def run_worker(settings: WorkerSettings) -> None:
     from stream_dedupe.worker.security import describe
     from stream_dedupe.worker.topics import prepare_worker_topics
 
+    lock_state_dir(settings.state_dir)  # before any client: a clear one-line error, exit 2
     level = settings.log_level.upper()
     logging.basicConfig(level=level, format="[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s")
+    repeats = RepeatFilter()
     for handler in logging.getLogger().handlers:
-        handler.addFilter(RepeatFilter())
+        handler.addFilter(repeats)
     log = logging.getLogger("stream_dedupe.worker")
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
@@ -142,6 +160,13 @@ def run_worker(settings: WorkerSettings) -> None:
     timeout = settings.shutdown_timeout
 
     class _Worker(Worker):
+        def on_setup_root_logger(self, logger: Any, level: int) -> None:
+            # Faust (mode) replaces the root handlers when it starts: filter the new ones too.
+            super().on_setup_root_logger(logger, level)
+            for handler in logger.handlers:
+                if repeats not in handler.filters:
+                    handler.addFilter(repeats)
+
         def _schedule_shutdown(self, signal: Any) -> None:
             if not self._signal_stop_time:
                 log.warning("stopping (signal %s); exiting within %.0fs at most", signal, timeout)
@@ -152,6 +177,49 @@ def run_worker(settings: WorkerSettings) -> None:
 
     runner = _Worker(built.app, loop=loop, loglevel=level.lower(), quiet=True)
     runner.execute_from_commandline()
+
+
+_LOCKS: list[Any] = []  # open lock files: held until the process exits
+
+
+def lock_state_dir(state_dir: Path) -> None:
+    """Create the state directory and lock it for this process (one worker per state directory).
+
+    Raises:
+        WorkerConfigError: if the directory's parent does not exist, it cannot be created, or
+            another worker holds it.
+
+    """
+    import fcntl
+
+    from stream_dedupe.worker.errors import WorkerConfigError
+
+    where = f"{env_var('state_dir')} / --state-dir"
+    parent = state_dir.absolute().parent
+    if not parent.is_dir():
+        raise WorkerConfigError(
+            f"the state directory {state_dir} cannot be created: its parent {parent} does not exist (create it, or "
+            f"point {where} at an existing directory)"
+        )
+    try:
+        state_dir.mkdir(exist_ok=True)
+        lock = open(state_dir / ".worker.lock", "a+")  # noqa: SIM115 - held for the process's life
+    except OSError as exc:
+        raise WorkerConfigError(f"the state directory {state_dir} is not usable ({exc.strerror}): fix {where}") from exc
+    try:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.seek(0)
+        holder = lock.read().strip() or "unknown"
+        lock.close()
+        raise WorkerConfigError(
+            f"another worker (pid {holder}) is using the state directory {state_dir}: stop it, or give this worker "
+            f"its own directory ({where})"
+        ) from None
+    lock.truncate(0)
+    lock.write(f"{os.getpid()}\n")
+    lock.flush()
+    _LOCKS.append(lock)
 
 
 class RepeatFilter(logging.Filter):
@@ -244,6 +312,7 @@ def produce(
                 inputs,
                 lambda n, pos: bar.update(task, completed=pos, n=n),
                 security=client_security(settings),
+                compression=settings.producer_compression,
             )
 
     result = asyncio.run(main())

@@ -7,6 +7,7 @@ prefix ``stream_dedupe_``, base units (seconds, bytes), ``_total`` on counters.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -110,7 +111,37 @@ class WorkerMetrics:
         self.decider = Gauge(
             "stream_dedupe_decider", "1 on the one worker that runs the decide stage (owns the index).", registry=r
         )
+        self.poison_retries = PromCounter(
+            "stream_dedupe_poison_retries",
+            "Batches or records whose processing failed with an error blamed on a record, and was retried.",
+            registry=r,
+        )
+        self.oversize_outputs = PromCounter(
+            "stream_dedupe_oversize_outputs",
+            "Outputs over their topic's max.message.bytes, dead-lettered instead (output-too-large).",
+            ["topic"],
+            registry=r,
+        )
+        self.oversize_changelog = Gauge(
+            "stream_dedupe_oversize_changelog_records",
+            "State values too large for their changelog topic even compressed (kept locally only).",
+            registry=r,
+        )
+        self.broker_connected = Gauge(
+            "stream_dedupe_broker_connected",
+            "1 while this worker's clients reach a Kafka broker (0 during an outage).",
+            registry=r,
+        )
+        self.broker_last_contact = Gauge(
+            "stream_dedupe_broker_last_contact_seconds",
+            "Seconds since a client of this worker last had a connection to a broker.",
+            registry=r,
+        )
         self._last: Counter[str] = Counter()
+
+    def restart_counters(self) -> None:
+        """The engine was rebuilt (its cumulative counters start again from zero)."""
+        self._last = Counter()
 
     def record_batch(self, events: Sequence[dict[str, Any]], counters: Counter[str], records: int) -> None:
         """Account for one decided batch (its events and the engine's cumulative counters)."""
@@ -165,7 +196,9 @@ async def refresh_gauges(app: Any, rt: Any) -> None:
 
     input_topic_name = rt.settings.input_topic
     m = rt.metrics
+    update_broker_status(rt)
     m.state_bytes.set(dir_bytes(rt.settings.state_dir))
+    m.oversize_changelog.set(rt.store.oversize)
     engine = rt.engine
     if engine is not None:
         docs = rt.store.count("docs")
@@ -192,3 +225,34 @@ async def refresh_gauges(app: Any, rt: Any) -> None:
                 high = consumer.highwater(tp)
                 if high is not None:
                     m.lag.labels(tp.topic, str(tp.partition)).set(max(int(high) - rt.index_offset - 1, 0))
+
+
+def _clients(rt: Any) -> list[Any]:
+    """The aiokafka clients (``AIOKafkaClient``) of the worker's own producers and consumers."""
+    sign = getattr(rt, "sign", None)
+    owners = [rt.producer, *list(rt.consumers)]
+    if sign is not None:
+        owners += [sign.producer, sign.consumer]
+    return [c for c in (getattr(o, "client", None) or getattr(o, "_client", None) for o in owners if o) if c]
+
+
+def update_broker_status(rt: Any) -> bool:
+    """Set ``broker_connected`` / ``broker_last_contact_seconds`` from the clients' open connections."""
+    connected = False
+    for client in _clients(rt):
+        conns = getattr(client, "_conns", {}) or {}
+        if any(conn.connected() for conn in list(conns.values())):
+            connected = True
+            break
+    now = time.monotonic()
+    if connected or not hasattr(rt, "broker_seen_at"):
+        rt.broker_seen_at = now
+    rt.metrics.broker_connected.set(int(connected))
+    rt.metrics.broker_last_contact.set(round(now - rt.broker_seen_at, 3))
+    return connected
+
+
+def broker_status(rt: Any) -> dict[str, Any]:
+    """The broker connectivity part of the ``/readyz`` body."""
+    connected = update_broker_status(rt)
+    return {"connected": connected, "last_contact_seconds": round(time.monotonic() - rt.broker_seen_at, 3)}

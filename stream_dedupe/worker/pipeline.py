@@ -12,7 +12,6 @@ changelog is acknowledged before Faust may hand the index partition to another w
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
 import os
@@ -26,13 +25,16 @@ from aiokafka.partitioner import DefaultPartitioner  # type: ignore[import-untyp
 
 from stream_dedupe.core.engine import DedupeEngine
 from stream_dedupe.core.events import DOCUMENT_EVENTS
-from stream_dedupe.core.records import Deletion, Invalid, Record, parse_document
+from stream_dedupe.core.records import Invalid, ParseLimits, Record, parse_keyed
 from stream_dedupe.core.signer import Signed
 from stream_dedupe.errors import StreamDedupeError
 from stream_dedupe.worker.metrics import WorkerMetrics
+from stream_dedupe.worker.outputs import fit_outputs, invalid_letter, poison_fault, short_key
+from stream_dedupe.worker.poison import await_settled, decide_safely
 from stream_dedupe.worker.settings import WorkerSettings
 from stream_dedupe.worker.sign import FETCH_MAX_WAIT_MS, SIGNED_HEADER, SignStage
-from stream_dedupe.worker.store import FaustTableStore, send_batches
+from stream_dedupe.worker.sizes import TopicLimits, read_topic_limits
+from stream_dedupe.worker.store import FaustTableStore, fault_point, send_batches
 
 log = logging.getLogger("stream_dedupe.worker")
 _PARTITIONER = DefaultPartitioner()
@@ -50,6 +52,9 @@ class _Origin:
     timestamp: float | None
     key: bytes | None
     value: bytes | None
+    #: Size and SHA-256 of the original value when the sign stage forwarded only a prefix.
+    size: int | None = None
+    sha256: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"topic": self.topic, "partition": self.partition, "offset": self.offset}
@@ -73,7 +78,6 @@ class Runtime:
     #: exactly_once: index records below this offset were published by a committed transaction
     #: whose state was not committed yet: they are decided again without publishing.
     replay_until: int = -1
-    fault_passes: int = 0
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     consumers: list[Any] = field(default_factory=list)
     partitions: dict[str, list[int]] = field(default_factory=dict)
@@ -87,6 +91,10 @@ class Runtime:
     deciding: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: True once Faust's consumer group gave this worker its first assignment.
     assigned: bool = False
+    #: The topics' ``max.message.bytes`` (read when the decide stage starts).
+    sizes: TopicLimits | None = None
+    #: Bounds of a valid record (``max_doc_bytes`` lowered to what the topics can carry).
+    parse_limits: ParseLimits | None = None
 
 
 def pause_index(app: faust.App, rt: Runtime) -> None:
@@ -212,6 +220,13 @@ async def _decide_loop(app: faust.App, rt: Runtime) -> None:
     from aiokafka import TopicPartition
 
     s = rt.settings
+    if rt.sizes is None:
+        rt.sizes = await read_topic_limits(s)
+        limit, bound = rt.sizes.doc_limit(s)
+        if limit < s.max_doc_bytes:
+            log.info("documents over %d bytes are too-large (the %s leaves no room for more)", limit, bound)
+        rt.parse_limits = s.parse_limits(limit)
+    rt.store.limits = rt.sizes
     consumer = _new_consumer(s, "decide")
     rt.consumers.append(consumer)
     await consumer.start()
@@ -237,18 +252,31 @@ async def _decide_loop(app: faust.App, rt: Runtime) -> None:
             quiet = [m for m in messages if m.offset < rt.replay_until]
             if quiet:
                 log.warning("deciding %d records again without publishing (their outputs are committed)", len(quiet))
-                await _decide_batch(rt, quiet, publish=False)
+                await decide_safely(rt, quiet, False, _decide_batch, _reset_engine)
             loud = messages[len(quiet) :]
             if loud:
-                await _decide_batch(rt, loud)
+                await decide_safely(rt, loud, True, _decide_batch, _reset_engine)
         messages = []
+
+
+async def _reset_engine(rt: Runtime) -> None:
+    """Drop what a failed batch staged: re-apply a half-written journal, rebuild the engine from the store."""
+    engine = rt.engine
+    assert engine is not None
+    rt.store.recover(INDEX_OFFSET_KEY)  # a failure inside the local write: whole batches only
+    loop = asyncio.get_running_loop()
+    rt.engine = await loop.run_in_executor(None, DedupeEngine, engine.params, rt.store, engine.limits)
+    rt.metrics.restart_counters()
 
 
 def _origin(m: Any) -> _Origin:
     h = dict(m.headers or ())
     if "sd-offset" in h:
         ts = int(h["sd-ts"]) / 1000.0 if "sd-ts" in h else m.timestamp / 1000.0
-        return _Origin(h["sd-topic"].decode(), int(h["sd-partition"]), int(h["sd-offset"]), ts, m.key, m.value)
+        origin = _Origin(h["sd-topic"].decode(), int(h["sd-partition"]), int(h["sd-offset"]), ts, m.key, m.value)
+        if "sd-size" in h:
+            origin.size, origin.sha256 = int(h["sd-size"]), h["sd-sha256"].decode()
+        return origin
     ts = m.timestamp / 1000.0 if m.timestamp and m.timestamp > 0 else None
     return _Origin(m.topic, m.partition, m.offset, ts, m.key, m.value)  # not routed (written directly)
 
@@ -261,15 +289,16 @@ def _signed(engine: DedupeEngine, m: Any) -> Signed | None:
     return None
 
 
-def _record(m: Any, max_bytes: int) -> Record:
-    if any(k == "sd-deleted" for k, _ in (m.headers or ())):
-        if not m.key:
-            return Invalid("missing-id", "a tombstone (null value) needs the document id as its Kafka key")
-        try:
-            return Deletion(m.key.decode("utf-8"))
-        except UnicodeDecodeError:
-            return Invalid("invalid-utf8", "the Kafka key of a tombstone is not UTF-8: keys must be document ids")
-    return parse_document(m.value or b"", max_bytes)
+def _record(m: Any, limits: ParseLimits) -> Record:
+    headers = m.headers or ()
+    for key, value in headers:
+        if key == "sd-invalid":  # judged by the sign stage (too large to forward); the value is a prefix
+            h = dict(headers)
+            doc_id = h["sd-id"].decode("utf-8", "replace") if "sd-id" in h else None
+            return Invalid(value.decode(), h.get("sd-detail", b"").decode("utf-8", "replace"), doc_id)
+    if any(k == "sd-deleted" for k, _ in headers):
+        return parse_keyed(m.key, None, limits)
+    return parse_keyed(m.key, m.value or b"", limits)
 
 
 async def _partitions(rt: Runtime, topic: str) -> list[int]:
@@ -314,21 +343,24 @@ async def _publish_transaction(rt: Runtime, outputs: list[Any], last_index: int)
         for future in await _publish(rt, outputs, producer):
             await future
         await producer.send_offsets_to_transaction({TopicPartition(s.index_topic, 0): last_index + 1}, s.decide_group)
-        _fault_point(rt, "before-commit")
+        fault_point("before-commit")
         await producer.commit_transaction()
-    except asyncio.CancelledError:
+    except BaseException:  # cancelled, or an error: the next attempt starts a new transaction
         with contextlib.suppress(Exception):
             await producer.abort_transaction()
         raise
 
 
-async def _decide_batch(rt: Runtime, messages: list[Any], publish: bool = True) -> None:
+async def _decide_batch(
+    rt: Runtime, messages: list[Any], publish: bool = True, override: Invalid | None = None
+) -> None:
     """Decide one batch: process, publish and await acks, then commit (see the module docstring).
 
     ``publish=False`` (exactly_once recovery) decides and commits the state without publishing.
+    ``override``: the outcome of every record instead of parsing it (a poison record's).
     """
     s, engine, store, producer = rt.settings, rt.engine, rt.store, rt.producer
-    assert engine is not None and producer is not None
+    assert engine is not None and producer is not None and rt.parse_limits is not None and rt.sizes is not None
     records: list[Record] = []
     origins: list[_Origin] = []
     signed: list[Signed | None] = []
@@ -341,9 +373,11 @@ async def _decide_batch(rt: Runtime, messages: list[Any], publish: bool = True) 
         if origin.offset <= max(rt.decided.get(tp, -1), new_offsets.get(tp, -1)):
             continue  # decided before a restart (or forwarded twice by route)
         new_offsets[tp] = origin.offset
-        records.append(_record(m, s.max_doc_bytes))
+        records.append(override or _record(m, rt.parse_limits))
         origins.append(origin)
-        signed.append(_signed(engine, m))
+        signed.append(None if override else _signed(engine, m))
+    if override is None:
+        poison_fault(records)
     last_index = messages[-1].offset
     meta: dict[bytes, bytes | None] = {INDEX_OFFSET_KEY: b"%d" % last_index}
     if records:
@@ -359,16 +393,18 @@ async def _decide_batch(rt: Runtime, messages: list[Any], publish: bool = True) 
                 origin = origins[i]
                 headers = [("sd-origin", f"{origin.topic}/{origin.partition}/{origin.offset}".encode())]
             event_id = event.get("id")
-            key = event_id.encode() if event_id else origin.key
+            key = event_id.encode() if event_id else short_key(s, origin.key)
             outputs.append((s.events_topic, key, dumps(event), headers))
             if event["event"] == "invalid":
-                outputs.append((s.dlq_topic, origin.key, _dlq(event, origin), headers))
+                letter = invalid_letter(s, rt.sizes, event, origin)
+                outputs.append((s.dlq_topic, short_key(s, origin.key), letter, headers))
         for doc_id, raw in updates:
             outputs.append((s.deduped_topic, doc_id.encode(), raw, ()))
+        outputs = fit_outputs(s, rt.sizes, rt.metrics, outputs)
         if publish:
             if s.exactly_once:
                 await _publish_transaction(rt, outputs, last_index)
-                _fault_point(rt, "after-publish")
+                fault_point("after-publish")
             else:
                 for future in await _publish(rt, outputs):
                     await future  # every output acknowledged before the state records the decision
@@ -379,44 +415,10 @@ async def _decide_batch(rt: Runtime, messages: list[Any], publish: bool = True) 
         rt.metrics.record_batch(decided, engine.counters, len(records))
     for (topic, partition), offset in new_offsets.items():
         meta[INPUT_OFFSET_PREFIX + f"{topic}:{partition}".encode()] = b"%d" % offset
-    if rt.settling is not None:
-        await asyncio.shield(rt.settling)  # previous batch's changelog acked (never cut short by a stop)
-        rt.settling = None
+    await await_settled(rt)  # previous batch's changelog acked (never cut short by a stop)
     engine.commit(meta)
     # The changelog acks are not on the events' critical path: the next batch is fetched,
     # processed and published meanwhile, and awaits them before its own commit.
     rt.settling = asyncio.ensure_future(store.settle(producer))
     rt.index_offset = last_index
     rt.decided.update(new_offsets)
-
-
-def _fault_point(rt: Runtime, name: str) -> None:
-    """Fault injection for the recovery tests: ``STREAM_DEDUPE_FAULT=<name>:<n>`` exits at the n-th pass.
-
-    Never set in production; the tests use it to die exactly between a committed output
-    transaction and the state's commit, which a kill -9 only hits by chance.
-    """
-    fault = os.environ.get("STREAM_DEDUPE_FAULT", "")
-    if not fault.startswith(name + ":"):
-        return
-    rt.fault_passes += 1
-    if rt.fault_passes >= int(fault.rpartition(":")[2]):
-        log.critical("fault injection %s: exiting now", fault)
-        logging.shutdown()
-        os._exit(86)
-
-
-def _dlq(event: dict[str, Any], origin: _Origin) -> bytes:
-    """The DLQ record of an invalid input record: its original bytes, the reason and where it was."""
-    raw = origin.value or b""
-    return orjson.dumps(
-        {
-            "reason": event["reason"],
-            "detail": event["detail"],
-            "topic": origin.topic,
-            "partition": origin.partition,
-            "offset": origin.offset,
-            "key": origin.key.decode("utf-8", "replace") if origin.key else None,
-            "value_b64": base64.b64encode(raw).decode(),
-        }
-    )

@@ -78,10 +78,12 @@ async def produce(
     progress: ProgressHook | None = None,
     linger_ms: int = 5,
     security: Mapping[str, Any] | None = None,
+    compression: str | None = "zstd",
 ) -> ProduceResult:
     """Send every line of ``paths`` to ``topic`` and wait for all acknowledgements.
 
     ``security``: client security arguments (:func:`~stream_dedupe.worker.security.client_security`).
+    ``compression``: aiokafka ``compression_type`` (None: none).
     """
     result = ProduceResult()
     started = time.perf_counter()
@@ -91,6 +93,7 @@ async def produce(
         linger_ms=linger_ms,
         max_batch_size=1 << 20,
         max_request_size=8 << 20,
+        compression_type=compression,
         **(security or {}),
     )
     await producer.start()
@@ -136,6 +139,7 @@ async def start_worker_producer(settings: WorkerSettings, role: str = "decide", 
         max_batch_size=900_000,
         max_request_size=8 << 20,
         request_timeout_ms=1_200_000,
+        compression_type=settings.producer_compression,  # batches are cut to the topics' limits uncompressed
         client_id=f"{settings.app_id}-{role}",
         **txn,
         **client_security(settings),

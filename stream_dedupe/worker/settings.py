@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from stream_dedupe.config import BoilerplateConfig, DedupeParams, RuntimeLimits, ShingleSpec
+from stream_dedupe.core.records import ParseLimits
 from stream_dedupe.worker.errors import WorkerConfigError
 from stream_dedupe.worker.security import PATH_SETTINGS, check_security, client_security, faust_credentials
 
 ENV_PREFIX = "STREAM_DEDUPE_"
 GUARANTEES = ("at_least_once", "exactly_once")
+COMPRESSIONS = ("zstd", "lz4", "gzip", "snappy", "none")
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,15 @@ class WorkerSettings:
         ssl_cafile: PEM CA bundle the broker certificate is verified with (None: the system CAs).
         ssl_certfile: PEM client certificate for mutual TLS (may also hold the key).
         ssl_keyfile: PEM private key of ``ssl_certfile`` (unencrypted).
+        compression_type: Compression of every record the worker produces (``zstd``, ``lz4``,
+            ``gzip``, ``snappy`` or ``none``).
+        max_id_bytes: Longer ids (JSON ``id`` or Kafka key, UTF-8 bytes) are ``id-too-long``.
+        max_metadata_bytes: A larger serialized ``metadata`` object is ``metadata-too-large``.
+        max_metadata_fields: A ``metadata`` object with more top-level fields is ``metadata-too-large``.
+        dlq_max_payload_bytes: Dead letters carry at most this many bytes of the original record
+            (plus its size and SHA-256, and where it is in the input topic).
+        poison_retries: A record whose processing fails this many times in a row (an error that is
+            not a broker outage) is dead-lettered as ``unprocessable`` instead of stopping the worker.
 
     """
 
@@ -101,6 +112,12 @@ class WorkerSettings:
     ssl_cafile: Path | None = None
     ssl_certfile: Path | None = None
     ssl_keyfile: Path | None = None
+    compression_type: str = "zstd"
+    max_id_bytes: int = 512
+    max_metadata_bytes: int = 64 << 10
+    max_metadata_fields: int = 1000
+    dlq_max_payload_bytes: int = 64 << 10
+    poison_retries: int = 3
 
     def __post_init__(self) -> None:
         if self.processing_guarantee not in GUARANTEES:
@@ -125,6 +142,16 @@ class WorkerSettings:
         if len(names) != 5:
             raise WorkerConfigError("input, events, deduped, dlq and index topic names must all be different")
         self.limits()  # validates batch_size, max_doc_bytes, max_bucket_size
+        self.parse_limits()  # max_id_bytes, max_metadata_bytes, max_metadata_fields
+        if self.compression_type not in COMPRESSIONS:
+            raise WorkerConfigError(
+                f"compression_type {self.compression_type!r} is not supported: use one of {', '.join(COMPRESSIONS)}"
+            )
+        if self.dlq_max_payload_bytes < 0 or self.poison_retries < 1:
+            raise WorkerConfigError(
+                f"dlq_max_payload_bytes must be >= 0 (got {self.dlq_max_payload_bytes}) and poison_retries >= 1 "
+                f"(got {self.poison_retries})"
+            )
         if self.shingle is not None:
             ShingleSpec.parse(self.shingle)
         check_security(self)  # protocol, mechanism, credentials, secret and certificate files
@@ -167,6 +194,23 @@ class WorkerSettings:
         return RuntimeLimits(
             max_doc_bytes=self.max_doc_bytes, max_bucket_size=self.max_bucket_size, batch_size=self.batch_size
         )
+
+    def parse_limits(self, max_doc_bytes: int | None = None) -> ParseLimits:
+        """The bounds of a valid input record (``max_doc_bytes`` may be lowered by the topics' limits)."""
+        try:
+            return ParseLimits(
+                max_doc_bytes=max_doc_bytes or self.max_doc_bytes,
+                max_id_bytes=self.max_id_bytes,
+                max_metadata_bytes=self.max_metadata_bytes,
+                max_metadata_fields=self.max_metadata_fields,
+            )
+        except ValueError as exc:
+            raise WorkerConfigError(f"invalid worker setting: {exc}") from exc
+
+    @property
+    def producer_compression(self) -> str | None:
+        """``compression_type`` for aiokafka (None: no compression)."""
+        return None if self.compression_type == "none" else self.compression_type
 
     def explicit_params(self) -> dict[str, Any]:
         """The index parameters given explicitly (to merge with those stored in the state)."""

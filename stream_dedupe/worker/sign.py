@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from typing import Any
@@ -28,16 +29,24 @@ from aiokafka import TopicPartition  # type: ignore[import-untyped]
 from aiokafka.abc import ConsumerRebalanceListener  # type: ignore[import-untyped]
 from aiokafka.errors import CommitFailedError, KafkaError  # type: ignore[import-untyped]
 
-from stream_dedupe.core.records import Document, parse_document
-from stream_dedupe.core.signer import Signer
+from stream_dedupe.core.records import Document, ParseLimits, parse_keyed, peek_id
+from stream_dedupe.core.signer import Signed, Signer
 from stream_dedupe.worker.metrics import WorkerMetrics
+from stream_dedupe.worker.poison import is_record_error, is_transient
 from stream_dedupe.worker.settings import WorkerSettings
+from stream_dedupe.worker.sizes import TopicLimits, read_topic_limits, record_bytes
 from stream_dedupe.worker.store import send_batches
 
 log = logging.getLogger("stream_dedupe.worker.sign")
 
 #: Header of a forwarded record holding its encoded :class:`~stream_dedupe.core.signer.Signed`.
 SIGNED_HEADER = "sd-signed"
+#: Headers of a record the sign stage judged itself (too large to forward): its outcome, and the
+#: size and SHA-256 of the original (the forwarded value is a prefix of it, for the dead letter).
+INVALID_HEADER, DETAIL_HEADER, ID_HEADER = "sd-invalid", "sd-detail", "sd-id"
+SIZE_HEADER, SHA_HEADER = "sd-size", "sd-sha256"
+
+Forward = tuple[bytes | None, bytes | None]
 #: Fetch wait of every consumer of the worker (its stages', and Faust's, see ``app._cap_fetch_wait``).
 #: Faust 0.15 hard-codes the consumer's fetch_max_wait_ms=1500. A fetch parked on an empty
 #: partition delayed the next fetch by up to 1.5 s, stalling the pipeline about once a second
@@ -83,9 +92,12 @@ class SignStage:
         #: True once the sign group gave this worker an assignment (possibly empty).
         self.joined = False
         self.positions: dict[TopicPartition, int] = {}  # next offset to commit, forwards acknowledged
-        self._in_flight: list[Any] = []
+        self._in_flight: list[tuple[Any, list[Forward], list[list[tuple[str, bytes]]]]] = []
         self._pending: dict[TopicPartition, int] = {}
         self._lock = asyncio.Lock()
+        self.sizes = TopicLimits()
+        self.limits: ParseLimits = settings.parse_limits()
+        self._bound = "max_doc_bytes"
 
     @property
     def group_id(self) -> str:
@@ -97,6 +109,9 @@ class SignStage:
         from aiokafka import AIOKafkaConsumer
 
         s = self.settings
+        self.sizes = await read_topic_limits(s)
+        limit, self._bound = self.sizes.doc_limit(s)
+        self.limits = s.parse_limits(limit)
         self.consumer = consumer = AIOKafkaConsumer(
             bootstrap_servers=s.bootstrap,
             group_id=self.group_id,
@@ -124,49 +139,137 @@ class SignStage:
                 await consumer.stop()
 
     async def _forward(self, fetched: dict[TopicPartition, list[Any]]) -> None:
-        records: list[tuple[bytes | None, bytes | None]] = []
+        records: list[Forward] = []
         headers: list[list[tuple[str, bytes]]] = []
         now_ms = int(time.time() * 1000)
         docs: list[tuple[int, Document]] = []
         last: dict[TopicPartition, int] = {}
+        limit, max_key = self.limits.max_doc_bytes, self.settings.max_id_bytes + 1
         for tp, messages in fetched.items():
             topic, partition = tp.topic.encode(), b"%d" % tp.partition
             for m in messages:
                 ts = m.timestamp if m.timestamp and m.timestamp > 0 else now_ms
                 h = [("sd-topic", topic), ("sd-partition", partition)]
                 h += [("sd-offset", b"%d" % m.offset), ("sd-ts", b"%d" % ts)]
-                value = m.value
-                if value is None:
+                key, value = m.key, m.value
+                if key is not None and len(key) > max_key:  # judged here: the key is cut to forward it
+                    detail = f"the Kafka key is {len(key)} bytes, over the limit of {max_key - 1} (max_id_bytes)"
+                    value = self._judged(key[:max_key], value or b"", h, "id-too-long", detail)
+                    key = key[:max_key]
+                elif value is None:
                     h.append(("sd-deleted", b"1"))
                     value = b""
+                elif len(value) > limit:
+                    detail = f"record is {len(value)} bytes, over the limit of {limit} ({self._bound})"
+                    value = self._judged(key, value, h, "too-large", detail)
                 elif self.signer is not None:
-                    parsed = parse_document(value, self.settings.max_doc_bytes)
+                    parsed = parse_keyed(key, value, self.limits)
                     if isinstance(parsed, Document):
                         docs.append((len(records), parsed))
-                records.append((m.key, value))
+                records.append((key, value))
                 headers.append(h)
             if messages:
                 last[tp] = messages[-1].offset + 1
         if docs and self.signer is not None:
             signer = self.signer
-            for (row, _), signed in zip(docs, signer.sign([d.text for _, d in docs]), strict=True):
-                headers[row].append((SIGNED_HEADER, signer.encode(signed)))
-        sent = await send_batches(self.producer, self.settings.index_topic, 0, records, headers)
+            for (row, _), signed in zip(docs, self._sign([d.text for _, d in docs]), strict=True):
+                if signed is not None:
+                    headers[row].append((SIGNED_HEADER, signer.encode(signed)))
+        index = self.settings.index_topic
+        for row, (key, value) in enumerate(records):
+            if not self.sizes.fits(index, key, value, headers[row]):
+                size = record_bytes(key, value, headers[row])
+                detail = f"forwarded with its signature the record is {size} bytes, over max.message.bytes of {index}"
+                headers[row] = [h for h in headers[row] if h[0] != SIGNED_HEADER]
+                records[row] = (key, self._judged(key, value or b"", headers[row], "too-large", detail))
+        sent = await self._send(records, headers)
         async with self._lock:
             await self._settle()  # the previous fetch's forwards: acked, then committed
-            self._in_flight = [future for future, _ in sent]
+            self._in_flight = sent
             self._pending = last
         self.metrics.forwarded.inc(len(records))
 
+    def _judged(self, key: bytes | None, value: bytes, h: list[tuple[str, bytes]], reason: str, detail: str) -> bytes:
+        """Judge a record here (it cannot be forwarded): outcome headers, and a prefix of the value."""
+        doc_id = None if reason == "id-too-long" else key.decode("utf-8", "replace") if key else peek_id(value)
+        h += [(INVALID_HEADER, reason.encode()), (DETAIL_HEADER, detail.encode())]
+        h += [(SIZE_HEADER, b"%d" % len(value)), (SHA_HEADER, hashlib.sha256(value).hexdigest().encode())]
+        if doc_id:
+            h.append((ID_HEADER, doc_id[: self.settings.max_id_bytes + 1].encode()))
+        keep = min(self.settings.dlq_max_payload_bytes, self.sizes.max_bytes(self.settings.index_topic) // 2)
+        return value[:keep]
+
+    def _sign(self, texts: list[str]) -> list[Signed | None]:
+        """Signatures of ``texts``; one that cannot be made is None (the decide stage signs it, or dead-letters it)."""
+        assert self.signer is not None
+        try:
+            return list(self.signer.sign(texts))
+        except Exception:
+            log.exception("sign stage: signing a batch of %d documents failed; signing them one by one", len(texts))
+        out: list[Signed | None] = []
+        for text in texts:
+            try:
+                out.append(self.signer.sign([text])[0])
+            except Exception:
+                out.append(None)
+        return out
+
+    async def _send(
+        self, records: list[Forward], headers: list[list[tuple[str, bytes]]]
+    ) -> list[tuple[Any, list[Forward], list[list[tuple[str, bytes]]]]]:
+        index = self.settings.index_topic
+        limit = self.sizes.max_bytes(index)
+        out = []
+        start = 0
+        for future, count in await send_batches(self.producer, index, 0, records, headers, max_bytes=limit):
+            out.append((future, records[start : start + count], headers[start : start + count]))
+            start += count
+        return out
+
     async def _settle(self) -> None:
-        for future in self._in_flight:
-            await future
-        self._in_flight = []
+        in_flight, self._in_flight = self._in_flight, []
+        for future, records, headers in in_flight:
+            await self._acked(future, records, headers)
         if not self._pending:
             return
         self.positions.update(self._pending)
         self._pending = {}
         await self._commit()
+
+    async def _acked(self, future: Any, records: list[Forward], headers: list[list[tuple[str, bytes]]]) -> None:
+        """Await one forwarded batch; a batch the broker refuses is forwarded again record by record.
+
+        The poison-record policy of the sign stage: a record that the broker keeps refusing
+        (``poison_retries`` times) is forwarded as judged (``unprocessable``, a prefix of its value).
+        """
+        attempt, judged = 0, False
+        while True:
+            try:
+                await future
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not (is_transient(exc) or is_record_error(exc)):
+                    raise
+                attempt += 0 if is_transient(exc) else 1
+                log.warning("sign stage: %d forwards failed (%r), attempt %d", len(records), exc, attempt)
+                if is_record_error(exc) and len(records) > 1:
+                    for i in range(len(records)):
+                        (one,) = await self._send(records[i : i + 1], headers[i : i + 1])
+                        await self._acked(*one)
+                    return
+                if attempt >= self.settings.poison_retries:
+                    if judged:
+                        raise  # even the judged stand-in is refused: not the record's fault
+                    judged = True
+                    (key, value), h = records[0], [x for x in headers[0] if x[0] != SIGNED_HEADER]
+                    detail = f"forwarding this record failed {attempt} times ({type(exc).__name__}: {str(exc)[:200]})"
+                    records = [(key, self._judged(key, value or b"", h, "unprocessable", detail))]
+                    headers = [h]
+                    attempt = 0
+                await asyncio.sleep(1.0 if is_transient(exc) else 0.2)
+                ((future, records, headers),) = await self._send(records, headers)
 
     async def _commit(self) -> None:
         owned = set(self.consumer.assignment()) if self.consumer is not None else set()

@@ -19,10 +19,22 @@ first written to a local redo journal (one file, replaced atomically), then appl
 acknowledged. On start-up :meth:`FaustTableStore.recover` re-applies (and re-sends) a journal
 left behind - puts and deletes of final values are idempotent - so the tables hold whole
 batches, locally and in the changelogs.
+
+The changelogs are one topic per table, so a crash while they are written could leave some
+tables with the batch and others without; a worker that then rebuilds its state from the
+changelogs (a lost disk, or a takeover) would restore half a batch. The same redo journal is
+therefore first written to the ``meta`` changelog (:data:`JOURNAL_PREFIX` keys: chunks, then a
+head naming them), then the other tables, then ``meta``'s own records (the decided offsets,
+last), then the journal's tombstones. Whatever prefix of that sequence reached Kafka, a restore
+finds either no journal (nothing of the batch was written, or all of it) or a complete one,
+which :meth:`FaustTableStore.recover` re-applies (tested with a fault at every step followed
+by disk loss: ``tests/integration/test_worker_changelog_order.py``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
 import struct
 import weakref
@@ -31,8 +43,33 @@ from pathlib import Path
 from typing import Any
 
 from stream_dedupe.storage.base import NAMESPACES, WriteSet
+from stream_dedupe.worker.sizes import FRAMING, TopicLimits, record_bytes
+
+log = logging.getLogger("stream_dedupe.worker.store")
 
 _HEAD = struct.Struct("<BIi")  # namespace name length, key length, value length (-1: delete)
+#: ``meta`` keys of the redo journal in the changelog: ``<prefix>head`` = b"<chunks>:<sha256>",
+#: ``<prefix><i>`` = the i-th chunk of :func:`encode_batch` of the batch.
+JOURNAL_PREFIX = b"worker:journal:"
+JOURNAL_HEAD = JOURNAL_PREFIX + b"head"
+_CHUNK = 512 << 10
+_faults: dict[str, int] = {}
+
+
+def fault_point(name: str) -> None:
+    """Fault injection for the recovery tests: ``STREAM_DEDUPE_FAULT=<name>:<n>`` exits at the n-th pass.
+
+    Never set in production; the tests use it to die at an exact point of a sequence, which a
+    kill -9 only hits by chance.
+    """
+    fault = os.environ.get("STREAM_DEDUPE_FAULT", "")
+    if not fault.startswith(name + ":"):
+        return
+    _faults[name] = _faults.get(name, 0) + 1
+    if _faults[name] >= int(fault.rpartition(":")[2]):
+        log.critical("fault injection %s: exiting now", fault)
+        logging.shutdown()
+        os._exit(86)
 
 
 def bind_event(event: Any) -> None:
@@ -92,25 +129,34 @@ async def send_batches(
     partition: int,
     records: Sequence[tuple[bytes | None, bytes | None]],
     headers: Sequence[Headers] | None = None,
+    max_bytes: int | None = None,
 ) -> list[tuple[Any, int]]:
     """Send records to one partition as whole producer batches; ``(ack future, records)`` per batch.
 
     One ``send_batch`` per ~1 MB instead of one ``send`` per record: the changelog of a batch of
-    500 documents is a few thousand records.
+    500 documents is a few thousand records. ``max_bytes`` (the topic's ``max.message.bytes``)
+    caps every batch, uncompressed; a record larger than it on its own is sent alone (callers
+    check sizes first, see :mod:`stream_dedupe.worker.sizes`).
     """
     out: list[tuple[Any, int]] = []
-    batch, count = producer.create_batch(), 0
+    batch, count, size = producer.create_batch(), 0, FRAMING
     for i, (key, value) in enumerate(records):
         extra = list(headers[i]) if headers else []
+        need = record_bytes(key, value, extra) - FRAMING + 21
+        if max_bytes is not None and count and size + need > max_bytes:
+            batch.close()
+            out.append((await producer.send_batch(batch, topic, partition=partition), count))
+            batch, count, size = producer.create_batch(), 0, FRAMING
         if batch.append(key=key, value=value, timestamp=None, headers=extra) is None:
             if count == 0:
                 raise ValueError(f"a record of {len(value or b'')} bytes does not fit a producer batch ({topic})")
             batch.close()
             out.append((await producer.send_batch(batch, topic, partition=partition), count))
-            batch, count = producer.create_batch(), 0
+            batch, count, size = producer.create_batch(), 0, FRAMING
             if batch.append(key=key, value=value, timestamp=None, headers=extra) is None:
                 raise ValueError(f"a record of {len(value or b'')} bytes does not fit a producer batch ({topic})")
         count += 1
+        size += need
     if count:
         batch.close()
         out.append((await producer.send_batch(batch, topic, partition=partition), count))
@@ -137,6 +183,11 @@ class FaustTableStore:
         self._journal = Path(journal_dir) / "pending-batch.bin"
         self._event: Any = None
         self._unsent: list[tuple[str, bytes, bytes | None]] = []
+        self._unsent_journal: list[bytes] = []
+        #: The topics' size limits, once read (changelog batches are cut to them).
+        self.limits: TopicLimits | None = None
+        #: Changelog records too large for their topic even compressed (kept locally only).
+        self.oversize = 0
 
     def bind(self, event: Any) -> None:
         """Use ``event`` as the current event of the next writes."""
@@ -161,9 +212,11 @@ class FaustTableStore:
         """Journal ``batch``, then apply it to the tables (see the module docstring)."""
         self._journal.parent.mkdir(parents=True, exist_ok=True)
         tmp = self._journal.with_suffix(".tmp")
-        tmp.write_bytes(encode_batch(batch))
+        blob = encode_batch(batch)
+        tmp.write_bytes(blob)
         os.replace(tmp, self._journal)
         self._apply(batch)
+        self._unsent_journal.append(blob)
 
     def _apply(self, batch: WriteSet) -> None:
         if self._event is None:
@@ -189,6 +242,10 @@ class FaustTableStore:
     def recover(self, position_key: bytes | None = None) -> bool:
         """Re-apply a batch journaled by a process that died while writing it; True if it was re-applied.
 
+        The local journal file comes first; then a journal found in the ``meta`` table (copied from
+        its changelog: the batch a worker was writing to the changelogs when it died, read by the
+        worker that rebuilt the state from them).
+
         Args:
             position_key: A ``meta`` key every batch writes with a growing integer (the decide
                 stage's index offset). When the tables already hold a higher value, another worker
@@ -196,41 +253,143 @@ class FaustTableStore:
                 changelog records): the journal is stale and is dropped, not re-applied.
 
         """
-        if not self._journal.exists():
-            return False
-        batch = decode_batch(self._journal.read_bytes())
+        applied = False
+        if self._journal.exists():
+            blob = self._journal.read_bytes()
+            if self._replay(blob, position_key):
+                applied = True
+                self._unsent_journal.append(blob)
+            else:
+                self._journal.unlink()
+        remote = self._changelog_journal()
+        if remote is not None:
+            tmp = self._journal.with_suffix(".tmp")
+            self._journal.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_bytes(remote)
+            os.replace(tmp, self._journal)  # a crash before the next settle re-applies it from here
+            if self._replay(remote, position_key):
+                applied = True
+                self._unsent_journal.append(remote)
+            self._drop_changelog_journal()
+        return applied
+
+    def _replay(self, blob: bytes, position_key: bytes | None) -> bool:
+        batch = decode_batch(blob)
         if position_key is not None:
             journaled = batch.get("meta", {}).get(position_key)
             current = self.get_many("meta", [position_key])[0]
             if journaled is not None and current is not None and int(current) > int(journaled):
-                self._journal.unlink()
                 return False
         self._apply(batch)
         return True
 
+    def _changelog_journal(self) -> bytes | None:
+        """The journal in the local ``meta`` table (from its changelog), if complete."""
+        head = self.get_many("meta", [JOURNAL_HEAD])[0]
+        if head is None:
+            return None
+        count, _, digest = head.partition(b":")
+        chunks = self.get_many("meta", [JOURNAL_PREFIX + b"%d" % i for i in range(int(count))])
+        if any(c is None for c in chunks):
+            return None  # cannot happen (chunks are written before their head); a damaged state
+        blob = b"".join(c for c in chunks if c is not None)
+        return blob if hashlib.sha256(blob).hexdigest().encode() == digest else None
+
+    def _drop_changelog_journal(self) -> None:
+        """Remove the journal keys from the local ``meta`` table (their changelog tombstones follow)."""
+        from rocksdict import WriteBatch
+
+        db = self._db("meta")
+        writes = WriteBatch(raw_mode=True)
+        stale = [k for k, _ in self._tables["meta"].items() if k.startswith(JOURNAL_PREFIX)]
+        for key in stale:
+            writes.delete(key)
+            self._unsent.append(("meta", key, None))
+        db.write(writes)
+
     async def settle(self, producer: Any) -> None:
         """Send the changelog records of the last writes, await their acks, then drop the journal.
+
+        Order (see the module docstring): the journal to the ``meta`` changelog, the other
+        tables, ``meta``'s own records, the journal's tombstones; each step acknowledged before
+        the next.
 
         Args:
             producer: A started ``aiokafka.AIOKafkaProducer`` (records go in whole batches).
 
         """
-        from faust.types import TP
-
         unsent, self._unsent = self._unsent, []
+        journals, self._unsent_journal = self._unsent_journal, []
         by_namespace: dict[str, list[tuple[bytes, bytes | None]]] = {}
         for namespace, key, value in unsent:
             by_namespace.setdefault(namespace, []).append((key, value))
+        if not by_namespace:
+            self._journal.unlink(missing_ok=True)
+            return
+        meta = by_namespace.pop("meta", [])
+        # One topic only (nothing but meta): a single record batch is appended atomically.
+        journal = self._journal_records(b"".join(journals)) if journals and by_namespace else []
+        try:
+            if journal:
+                await self._send(producer, {"meta": journal})
+                fault_point("settle-journal")
+            await self._send(producer, by_namespace)
+            fault_point("settle-tables")
+            tombstones: list[tuple[bytes, bytes | None]] = [(key, None) for key, _ in journal[::-1]]  # head first
+            await self._send(producer, {"meta": meta + tombstones})
+        except BaseException:
+            # Sent again, whole sequence, by the next settle (puts of final values are idempotent).
+            self._unsent = unsent + self._unsent
+            self._unsent_journal = journals + self._unsent_journal
+            raise
+        self._journal.unlink(missing_ok=True)
+
+    def _journal_records(self, blob: bytes) -> list[tuple[bytes, bytes | None]]:
+        """The journal as ``meta`` changelog records: its chunks, then the head naming them."""
+        chunk = _CHUNK
+        if self.limits is not None:
+            room = self.limits.max_bytes(self._tables["meta"].changelog_topic_name) - FRAMING - 64
+            chunk = max(min(chunk, room), 1024)
+        parts = [blob[i : i + chunk] for i in range(0, len(blob), chunk)] or [b""]
+        records: list[tuple[bytes, bytes | None]] = [(JOURNAL_PREFIX + b"%d" % i, p) for i, p in enumerate(parts)]
+        records.append((JOURNAL_HEAD, b"%d:%s" % (len(parts), hashlib.sha256(blob).hexdigest().encode())))
+        return records
+
+    async def _send(self, producer: Any, by_namespace: Mapping[str, list[tuple[bytes, bytes | None]]]) -> None:
+        """Send changelog records (whole batches, cut to the topics' limits) and await every ack."""
+        from faust.types import TP
+
         pending = []
         for namespace, records in by_namespace.items():
             topic = self._tables[namespace].changelog_topic_name
-            for future, count in await send_batches(producer, topic, 0, records):
+            limit = self.limits.max_bytes(topic) if self.limits is not None else None
+            fitting = records if limit is None else [r for r in records if self._fits(producer, topic, limit, r)]
+            for future, count in await send_batches(producer, topic, 0, fitting, max_bytes=limit):
                 pending.append((namespace, topic, future, count))
         for namespace, topic, future, count in pending:
             metadata = await future
             last = metadata.offset + count - 1
             self._tables[namespace].data.set_persisted_offset(TP(topic, 0), last)
-        self._journal.unlink(missing_ok=True)
+
+    def _fits(self, producer: Any, topic: str, limit: int, record: tuple[bytes, bytes | None]) -> bool:
+        """True when a changelog record fits its topic (compressed, when it is that large)."""
+        key, value = record
+        if record_bytes(key, value) <= limit:
+            return True
+        from stream_dedupe.worker.sizes import compressed_size
+
+        if compressed_size(value or b"", getattr(producer, "_compression_type", None)) + FRAMING + len(key) < limit:
+            return True
+        self.oversize += 1
+        log.error(
+            "state value %r of %d bytes does not fit the changelog %s (max.message.bytes %d) even compressed: it "
+            "is kept in the local state only (a lost disk loses it); raise the topic's max.message.bytes",
+            key[:80],
+            len(value or b""),
+            topic,
+            limit,
+        )
+        return False
 
     def items(self, namespace: str) -> Iterator[tuple[bytes, bytes]]:
         """See :class:`~stream_dedupe.storage.base.KVStore`."""
