@@ -208,7 +208,7 @@ def test_mismatch_message_is_none_when_parameters_agree() -> None:
     assert message is not None and "seed: state has 1, this run asks for 2 (--seed)" in message
 
 
-PROGRESS_LINE = re.compile(r"^dedupe: 402 docs, [\d,]+ docs/s, 116 dups, [\d.]+ s \(100% of the input\)$")
+PROGRESS_LINE = re.compile(r"^dedupe: 402 docs, [\d,]+ docs/s, 38 dups, [\d.]+ s \(100% of the input\)$")
 
 
 def test_progress_without_a_terminal_is_whole_lines(tmp_path: Path) -> None:
