@@ -337,8 +337,12 @@ PARAM_FLAGS: dict[str, str] = {
     "normalization_patterns": "--strip-pattern/--header-pattern/--footer-pattern",
     "boilerplate": "--learn-boilerplate/--boilerplate-min-docs/--boilerplate-min-tokens",
     "minhash_scheme": "none: this version signs differently; rebuild the state",
+    "source_thresholds": "--source-threshold",
+    "title_guard": "--title-guard/--no-title-guard",
+    "semantics": "none: the state was built by a version that decided differently (before representatives); "
+    "rebuild it with a new --state",
 }
-_LAYOUT_SOURCES = ("threshold", "num_perm")
+_LAYOUT_SOURCES = ("threshold", "num_perm", "source_thresholds")
 
 
 def mismatch_message(stored: dict[str, Any], wanted: dict[str, Any], lsh_margin: float) -> str | None:

@@ -50,7 +50,7 @@ def test_dedupe_and_eval_help_show_their_defaults() -> None:
         "exact match only. [default: 10]",
         "[default: 0.2]",
         "[default: 0.01]",
-        "[default: estimate]",
+        "[default: exact]",
         "[default: 512]",
         "[default: 1048576]",
         "[default: 100]",
@@ -195,7 +195,7 @@ def test_a_parameter_mismatch_names_the_flag_the_user_passed(tmp_path: Path) -> 
     assert "--lsh-margin 0.3 re-chose them" in margin and "LSH layout: state has" in margin
     assert "bands: state has" not in margin
     assert "(--num-perm" in refused("--num-perm", "64")
-    assert "(--verify)" in refused("--verify", "exact")
+    assert "(--verify)" in refused("--verify", "estimate")
     assert "--strip-pattern" in refused("--strip-pattern", "x")
     assert "--bands/--rows" in refused("--bands", "10", "--rows", "5")
 
