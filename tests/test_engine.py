@@ -319,3 +319,31 @@ def test_title_guard_keeps_pages_with_different_titles(store: KVStore) -> None:
     off.process([doc("tcp", body, title="lb create tcp"), doc("ssl", body, title="lb create ssl")])
     off.commit()
     assert [c["representatives"] for c in iter_clusters(off.store)] == [["ssl"]]  # guard off: one is dropped
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_events_tell_every_representative_change(seed: int) -> None:
+    """Replaying document and cover-changed events gives each document's representative exactly."""
+    from stream_dedupe.core.records import Deletion
+    from stream_dedupe.storage.state import DocRecord
+
+    rng = random.Random(seed)
+    items = corpus(seed=seed, families=15, copies=4)
+    rng.shuffle(items)
+    store = MemoryStore()
+    engine = DedupeEngine(DedupeParams(), store)
+    replay: dict[str, str] = {}
+    records: list[object] = [doc(i, t) for i, t in items] + [Deletion(i) for i, _ in items[:10]]
+    for start in range(0, len(records), 9):
+        for e in engine.process(records[start : start + 9]):  # type: ignore[arg-type]
+            if e["event"] in ("new", "duplicate-of", "unchanged"):
+                replay[e["id"]] = e["representative"]
+            elif e["event"] == "deleted":
+                replay.pop(e["id"], None)
+            elif e["event"] == "cover-changed":
+                replay.update({i: i for i in e["entered"]})
+                replay.update({c["id"]: c["representative"] for c in (*e["left"], *e["moved"])})
+        engine.commit()
+    state = {k.decode(): DocRecord.decode(v).covered_by or k.decode() for k, v in store.items("docs")}
+    assert replay == state
+    assert sum(1 for k, v in state.items() if k != v) > 10

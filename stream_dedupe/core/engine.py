@@ -161,9 +161,9 @@ class DedupeEngine:
             now = self.state.doc(item.doc.doc_id)
             assert now is not None
             events.extend(decided[1:])
-            if prior.representative != now.representative:
-                before = None if prior.covered_by is None else (prior.covered_by, prior.covered_similarity or 0.0)
-                after = None if now.covered_by is None else (now.covered_by, now.covered_similarity or 0.0)
+            before = None if prior.covered_by is None else (prior.covered_by, prior.covered_similarity or 0.0)
+            after = None if now.covered_by is None else (now.covered_by, now.covered_similarity or 0.0)
+            if before != after:
                 events.append(ev.cover_changed(item.doc.doc_id, [CoverChange(item.doc.doc_id, before, after)]))
         self.counters.update({key: value - self.counters[key] for key, value in kept.items()})
         return events
@@ -330,12 +330,12 @@ class DedupeEngine:
         )
 
     def _cover_events(self, cause: str, changes: list[CoverChange]) -> list[ev.Event]:
-        """One ``cover-changed`` event for the documents (other than ``cause``) that entered or left the index."""
-        flipped = [c for c in changes if c.flipped and c.doc_id != cause]
-        self.counters["cover_changes"] += len(flipped)
-        if not flipped:
+        """One ``cover-changed`` event for the documents other than ``cause`` whose place in the index changed."""
+        others = [c for c in changes if c.doc_id != cause]
+        self.counters["cover_changes"] += sum(c.flipped for c in others)
+        if not others:
             return []
-        return [ev.cover_changed(cause, flipped)]
+        return [ev.cover_changed(cause, others)]
 
     def _delete(self, doc_id: str) -> list[ev.Event]:
         self.counters["deleted"] += 1

@@ -57,14 +57,24 @@ def document_event(
 
 
 def cover_changed(cause: str, changes: list[CoverChange]) -> Event:
-    """Documents other than ``cause`` entered (``entered``) or left (``left``) the indexed set."""
-    entered = sorted(c.doc_id for c in changes if c.after is None)
-    left = [
-        {"id": c.doc_id, "representative": c.after[0], "similarity": round(c.after[1], 6)}
-        for c in sorted(changes, key=lambda change: change.doc_id)
-        if c.after is not None
-    ]
-    return {"event": "cover-changed", "id": cause, "entered": entered, "left": left}
+    """Documents other than ``cause`` whose place in the index changed.
+
+    ``entered``: they are representatives now (publish them); ``left``: they are covered now
+    (drop them); ``moved``: still covered, by another representative.
+    """
+
+    def covered(change: CoverChange) -> dict[str, Any]:
+        assert change.after is not None
+        return {"id": change.doc_id, "representative": change.after[0], "similarity": round(change.after[1], 6)}
+
+    ordered = sorted(changes, key=lambda change: change.doc_id)
+    return {
+        "event": "cover-changed",
+        "id": cause,
+        "entered": [c.doc_id for c in ordered if c.after is None],
+        "left": [covered(c) for c in ordered if c.after is not None and c.before is None],
+        "moved": [covered(c) for c in ordered if c.after is not None and c.before is not None],
+    }
 
 
 def deleted_event(doc_id: str, known: bool) -> Event:

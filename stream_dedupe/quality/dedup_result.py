@@ -59,14 +59,19 @@ class DedupResult:
     def from_clusters(cls, clusters: Iterable[Mapping[str, Any]]) -> DedupResult:
         """From cluster records ``{"cluster", "canonical", "members", ...}`` (the clusters export).
 
-        A member is an id (its representative is the cluster's canonical) or an object
-        ``{"id", "representative"}`` (a null or own-id representative: the member is indexed); a
-        cluster may also carry ``"representatives": {member: representative}``.
+        A member is an id or an object ``{"id", "representative"}`` (a null or own-id
+        representative: the member is indexed). The export of this version lists the cluster's
+        ``"representatives"`` and maps every other member to its representative in
+        ``"covered_by"``; an older export (neither field) means one canonical per cluster.
         """
         result = cls()
         for record in clusters:
             label, canonical = str(record["cluster"]), str(record["canonical"])
             reps = record.get("representatives")
+            covered = record.get("covered_by")
+            if isinstance(covered, dict) and isinstance(reps, list):
+                reps = {str(m if isinstance(m, str) else m["id"]): None for m in record["members"]}
+                reps.update({str(k): str(v) for k, v in covered.items()})
             reps = reps if isinstance(reps, dict) else {}
             for member in record["members"]:
                 if isinstance(member, dict):
@@ -104,8 +109,9 @@ class DedupResult:
         """By replaying an events file (``stream-dedupe dedupe --events``) from its first line.
 
         The last document event of an id gives its cluster (and ``representative`` when the event
-        carries one); ``canonical-changed``, ``clusters-merged`` and ``cluster-split`` events move
-        canonicals and members; ``deleted`` removes the document.
+        carries one); ``cover-changed`` moves documents into or out of the index;
+        ``canonical-changed``, ``clusters-merged`` and ``cluster-split`` events move canonicals and
+        members; ``deleted`` (and ``empty-text``) removes the document.
         """
         from stream_dedupe.inputs import read_lines
 
@@ -127,6 +133,11 @@ class DedupResult:
                 label = renamed[label]
             return label
 
+        # a cluster's label changes without an event when a smaller id joins it: place covered
+        # documents with their representative (cover-changed events keep those exact)
+        for doc_id, rep in doc_rep.items():
+            if rep is not None and rep != doc_id and rep in doc_cluster and doc_id in doc_cluster:
+                doc_cluster[doc_id] = doc_cluster[rep]
         members: dict[str, list[str]] = defaultdict(list)
         for doc_id, label in doc_cluster.items():
             members[resolve(label)].append(doc_id)
@@ -154,9 +165,14 @@ def _replay(
         canonical[label] = str(event["canonical"])
         if "representative" in event:
             doc_rep[doc_id] = event["representative"]
-    elif kind == "deleted":
+    elif kind == "deleted" or (kind == "invalid" and event.get("reason") == "empty-text"):
         doc_cluster.pop(str(event["id"]), None)
         doc_rep.pop(str(event["id"]), None)
+    elif kind == "cover-changed":
+        for doc_id in event["entered"]:
+            doc_rep[str(doc_id)] = str(doc_id)
+        for left in (*event["left"], *event.get("moved", ())):
+            doc_rep[str(left["id"])] = str(left["representative"])
     elif kind == "canonical-changed":
         canonical[str(event["cluster"])] = str(event["canonical"])
     elif kind == "clusters-merged":
