@@ -86,7 +86,9 @@ class QueryPath:
     def _decide(self, view: StateView, item: Prepared, given: str | None) -> QueryResult:
         doc, params = item.doc, self.engine.params
         if item.tokens == 0:
-            detail = "the text has no words after normalization (empty, whitespace or punctuation only)"
+            detail = (
+                "the text has no words after normalization (empty, whitespace or punctuation only): nothing to index"
+            )
             return QueryResult(Decision("invalid", given, reason="empty-text", detail=detail), ())
         uf = UnionFind(view)
         prior = view.doc(doc.doc_id) if given is not None else None
