@@ -1,10 +1,10 @@
 """The Python API: a :class:`Deduper` to add, remove and query documents from your own code.
 
 >>> from stream_dedupe import Deduper
+>>> text = "one two three four five six seven eight nine ten eleven twelve"
 >>> with Deduper.memory(threshold=0.8) as dd:
-...     text = "the quick brown fox jumps over the lazy dog " * 3
 ...     dd.add({"id": "a", "text": text}).kind
-...     dd.add(("b", text + "again")).representative
+...     dd.add(("b", text.removesuffix(" twelve"))).representative
 ...     dd.query(text).duplicate
 'new'
 'a'
