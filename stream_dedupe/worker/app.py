@@ -108,8 +108,7 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
     _cap_fetch_wait(FETCH_MAX_WAIT_MS)
     app = faust.App(
         s.app_id,
-        broker=s.faust_broker,
-        broker_credentials=s.faust_credentials(),
+        broker=s.faust_broker, broker_credentials=s.faust_credentials(),
         datadir=str(s.state_dir),
         store="rocksdb://",
         autodiscover=False,

@@ -43,6 +43,7 @@ INDEX_OFFSET_KEY = b"worker:index-offset"
 INPUT_OFFSET_PREFIX = b"worker:input-offset:"
 
 
+
 @dataclass
 class _Origin:
     topic: str
@@ -127,8 +128,7 @@ def _new_consumer(s: WorkerSettings, name: str) -> Any:
         fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
         max_partition_fetch_bytes=8 << 20,
         fetch_max_bytes=32 << 20,
-        client_id=f"{s.app_id}-{name}",
-        **s.kafka_security(),
+        client_id=f"{s.app_id}-{name}", **s.kafka_security(),
     )
 
 
