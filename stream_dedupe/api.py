@@ -17,15 +17,15 @@ a lock.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from stream_dedupe.api_query import NO_ID, QueryPath
+from stream_dedupe.api_params import params_overrides
+from stream_dedupe.api_query import QueryPath, query_document
 from stream_dedupe.api_types import (
     Cluster,
     Decision,
@@ -37,10 +37,10 @@ from stream_dedupe.api_types import (
     to_json,
     to_mapping,
 )
-from stream_dedupe.config import DedupeParams, NormalizationConfig, RuntimeLimits, ShingleSpec
+from stream_dedupe.config import DedupeParams, RuntimeLimits
 from stream_dedupe.core.engine import DedupeEngine, stored_params
 from stream_dedupe.core.events import Event
-from stream_dedupe.core.records import Deletion, Document, Record, parse_document, parse_timestamp
+from stream_dedupe.core.records import Deletion, Document, Record, parse_document
 from stream_dedupe.errors import ConfigError, StateError
 from stream_dedupe.explain import PairReport, explain_pair, load_pair
 from stream_dedupe.exports import iter_canonical_documents, iter_clusters
@@ -52,50 +52,6 @@ if TYPE_CHECKING:
 
 #: Called with every batch's events (all of them, in order), e.g. to write them out.
 EventHook = Callable[[list[Event]], None]
-
-_FIELDS = {f.name for f in dataclasses.fields(DedupeParams)}
-_EXTRA = {
-    "learn_boilerplate",
-    "boilerplate_min_docs",
-    "boilerplate_min_tokens",
-    "strip_patterns",
-    "header_patterns",
-    "footer_patterns",
-}
-
-
-def params_overrides(params: Mapping[str, Any]) -> dict[str, Any]:
-    """Keyword parameters as the command line's overrides (None: take the state's value).
-
-    Accepts every :class:`~stream_dedupe.config.DedupeParams` field (``shingle`` also as
-    ``"word:3"``, ``source_thresholds`` also as a dict) and the command line's spellings
-    ``learn_boilerplate``, ``boilerplate_min_docs``, ``boilerplate_min_tokens``,
-    ``strip_patterns``, ``header_patterns`` and ``footer_patterns``.
-
-    Raises:
-        ConfigError: for an unknown name.
-
-    """
-    from stream_dedupe.options import boilerplate_config
-
-    unknown = sorted(set(params) - _FIELDS - _EXTRA)
-    if unknown:
-        raise ConfigError(f"unknown parameter(s) {unknown}: use {sorted(_FIELDS | _EXTRA)}")
-    out = {k: v for k, v in params.items() if k in _FIELDS}
-    if isinstance(out.get("shingle"), str):
-        out["shingle"] = ShingleSpec.parse(out["shingle"])
-    if isinstance(out.get("source_thresholds"), Mapping):
-        out["source_thresholds"] = tuple(sorted(out["source_thresholds"].items()))
-    elif out.get("source_thresholds") is not None:
-        out["source_thresholds"] = tuple(sorted(tuple(p) for p in out["source_thresholds"]))
-    if "boilerplate" not in out:
-        out["boilerplate"] = boilerplate_config(
-            params.get("learn_boilerplate"), params.get("boilerplate_min_docs"), params.get("boilerplate_min_tokens")
-        )
-    patterns = [params.get(f"{k}_patterns") for k in ("strip", "header", "footer")]
-    if "normalization" not in out and any(p is not None for p in patterns):
-        out["normalization"] = NormalizationConfig(*(tuple(p or ()) for p in patterns))
-    return out
 
 
 class Deduper:
@@ -320,23 +276,9 @@ class Deduper:
         for doc in iter_documents(docs):
             mapping = {"text": doc} if isinstance(doc, str) else dict(to_mapping(doc))
             doc_id = mapping.get("id")
-            parsed.append(self._query_document(mapping, doc_id))
+            parsed.append(query_document(mapping, doc_id))
             given.append(doc_id)
         return self._query.query(parsed, given) if parsed else []
-
-    def _query_document(self, mapping: dict[str, Any], doc_id: str | None) -> Document:
-        text, title, source = mapping.get("text"), mapping.get("title"), mapping.get("source")
-        if not isinstance(text, str):
-            raise ConfigError(f"a query needs a string text, got {type(text).__name__}")
-        for name, value in (("title", title), ("source", source), ("id", doc_id)):
-            if value is not None and not isinstance(value, str):
-                raise ConfigError(f"a query's {name} must be a string, got {type(value).__name__}")
-        updated = mapping.get("updated_at")
-        try:
-            updated_us = None if updated is None else parse_timestamp(str(updated))
-        except ValueError as exc:
-            raise ConfigError(f"updated_at {updated!r} is not RFC 3339 with a time zone") from exc
-        return Document(doc_id or NO_ID, text, updated_us, source, b"", title)
 
     def minhash(self, text: str, source: str | None = None) -> MinHash:
         """The document's MinHash as a ``datasketch.MinHash``, bit-identical to the index's.

@@ -20,7 +20,9 @@ counts stay as they were. Each queried document is answered against the committe
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import reduce
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +31,7 @@ from stream_dedupe.core.batch import Prepared
 from stream_dedupe.core.canonical import CanonicalKey, better
 from stream_dedupe.core.cover import Assignment, StateCoverGraph, decide_one, order_key
 from stream_dedupe.core.engine import DedupeEngine
-from stream_dedupe.core.records import Document
+from stream_dedupe.core.records import Document, parse_timestamp
 from stream_dedupe.core.unionfind import UnionFind
 from stream_dedupe.core.verify import estimated_jaccard, exact_jaccard
 from stream_dedupe.errors import ConfigError
@@ -38,6 +40,27 @@ from stream_dedupe.storage.state import StateView
 #: Internal id of a queried text given without one: ranks after any document of equal length
 #: and date, so that an existing document wins the tie (as the smaller id would).
 NO_ID = "\U0010ffff"
+
+
+def query_document(mapping: Mapping[str, Any], doc_id: str | None) -> Document:
+    """A queried document (no JSON round trip: nothing is stored).
+
+    Raises:
+        ConfigError: if the text is not a string, or a field has the wrong type.
+
+    """
+    text, title, source = mapping.get("text"), mapping.get("title"), mapping.get("source")
+    if not isinstance(text, str):
+        raise ConfigError(f"a query needs a string text, got {type(text).__name__}")
+    for name, value in (("title", title), ("source", source), ("id", doc_id)):
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"a query's {name} must be a string, got {type(value).__name__}")
+    updated = mapping.get("updated_at")
+    try:
+        updated_us = None if updated is None else parse_timestamp(str(updated))
+    except ValueError as exc:
+        raise ConfigError(f"updated_at {updated!r} is not RFC 3339 with a time zone") from exc
+    return Document(doc_id or NO_ID, text, updated_us, source, b"", title)
 
 
 class _GraphWithQuery:
