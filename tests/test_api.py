@@ -254,3 +254,49 @@ def test_minhash_is_datasketchs_and_works_with_minhashlsh() -> None:
             dd.query_minhash(MinHash(num_perm=64, seed=3))
         with pytest.raises(ConfigError, match="seed"):
             dd.query_minhash(MinHash(num_perm=128, seed=1))
+
+
+def test_query_equals_add_on_real_newsgroups(newsgroups: list[dict[str, object]]) -> None:
+    # real mail: quoted replies, signatures, "Re:" titles, one source per newsgroup; boilerplate
+    # learned from 20 documents on so that learned lines are stripped within the run
+    docs = [{k: v for k, v in d.items() if k in ("id", "text", "title", "source")} for d in newsgroups[:400]]
+    with Deduper.memory(boilerplate_min_docs=20) as dd:
+        for doc in docs:
+            answer = dd.query(str(doc["text"]), doc.get("title"), doc.get("source"), doc_id=str(doc["id"]))  # type: ignore[arg-type]
+            assert comparable(answer.decision) == comparable(dd.add(doc)), doc["id"]
+        assert dd.engine.boilerplate is not None and dd.engine.boilerplate.learned
+
+
+def test_a_state_written_by_the_api_is_a_state_of_the_command_line(tmp_path: Path) -> None:
+    import orjson
+
+    from tests.test_cli import cli
+
+    state = tmp_path / "state"
+    docs = near_corpus(11, 80)
+    with Deduper.open(state, threshold=0.75) as dd:
+        dd.add_many(docs)
+        ours = [dataclasses.asdict(c) for c in dd.clusters()]
+    out = cli("clusters", "--state", str(state)).stdout
+    theirs = [orjson.loads(line) for line in out.splitlines()]
+    assert (
+        ours
+        and [
+            {
+                "label": c["cluster"],
+                "canonical": c["canonical"],
+                "size": c["size"],
+                "members": tuple(c["members"]),
+                "representatives": tuple(c["representatives"]),
+                "covered_by": c["covered_by"],
+            }
+            for c in theirs
+        ]
+        == ours
+    )
+    more = tmp_path / "more.jsonl"
+    more.write_bytes(orjson.dumps({"id": "late", "text": docs[0]["text"]}) + b"\n")
+    cli("dedupe", str(more), "--state", str(state), "--no-progress")
+    with Deduper.open(state) as dd:  # and back: the command's run continues the same state
+        assert dd.params.threshold == 0.75
+        assert dd.query(docs[0]["text"], doc_id="late").decision.kind == "unchanged"
