@@ -18,6 +18,7 @@ a lock.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -239,7 +240,7 @@ class Deduper:
         source: str | None = None,
         *,
         doc_id: str | None = None,
-        updated_at: str | None = None,
+        updated_at: str | datetime | None = None,
     ) -> QueryResult:
         """What :meth:`add` would decide for this document now, and what it matches; writes nothing.
 
@@ -250,7 +251,7 @@ class Deduper:
             doc_id: Its id, if it has one: breaks ties of the canonical order as in :meth:`add`, and
                 a known id with the same content answers ``unchanged``. Without one, an existing
                 document of equal length and date ranks first.
-            updated_at: RFC 3339 time (canonical order: the newest of equal length ranks first).
+            updated_at: RFC 3339 time or aware datetime (canonical order: the newest of equal length first).
 
         Returns:
             The would-be decision (``seq`` None) and the verified matches, most similar first.
