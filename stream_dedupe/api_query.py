@@ -12,6 +12,9 @@ one new document (:meth:`~stream_dedupe.core.engine.DedupeEngine.process`) step 
 4. apply the cover rule (:func:`stream_dedupe.core.cover.decide_one`): it would be covered by the
    most similar representative ranked before it in canonical order.
 
+A known id with other content (a re-crawl, which first takes the old version out of the index)
+is answered by the real engine on a throwaway shadow instead (:mod:`stream_dedupe.api_shadow`).
+
 Reads go through a fresh :class:`~stream_dedupe.storage.state.StateView` that is dropped
 afterwards, so nothing reaches the store, and ``seq``, the LSH tables and the boilerplate
 counts stay as they were. Each queried document is answered against the committed state alone
@@ -20,12 +23,14 @@ counts stay as they were. Each queried document is answered against the committe
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Callable, Mapping
 from functools import reduce
 from typing import Any
 
 import numpy as np
 
+from stream_dedupe.api_shadow import shadow_engine
 from stream_dedupe.api_types import Decision, Match, QueryResult
 from stream_dedupe.core.batch import Prepared
 from stream_dedupe.core.canonical import CanonicalKey, better
@@ -108,13 +113,15 @@ class QueryPath:
 
     def _decide(self, view: StateView, item: Prepared, given: str | None) -> QueryResult:
         doc, params = item.doc, self.engine.params
+        prior = view.doc(doc.doc_id) if given is not None else None
         if item.tokens == 0:
             detail = (
                 "the text has no words after normalization (empty, whitespace or punctuation only): nothing to index"
             )
+            if prior is not None:
+                detail += "; the earlier version of this document was removed"
             return QueryResult(Decision("invalid", given, reason="empty-text", detail=detail), ())
         uf = UnionFind(view)
-        prior = view.doc(doc.doc_id) if given is not None else None
         if prior is not None and prior.content_hash == item.content_hash:
             info = uf.cluster_of(doc.doc_id)
             decision = Decision(
@@ -126,7 +133,9 @@ class QueryPath:
                 cluster_size=info.size,
             )
             return QueryResult(decision, ())
-        group = [m for m in view.exact_group(item.content_hash) if m != doc.doc_id]
+        if prior is not None:
+            return self._recrawl(item)
+        group = view.exact_group(item.content_hash)
         neighbours: dict[str, float] = {}
         pairs: dict[str, float] = {}
         if group:
@@ -174,7 +183,15 @@ class QueryPath:
                 cluster_size=size,
                 updated=updated,
             )
-        return QueryResult(decision, self._matches(view, item, graph, neighbours))
+        return QueryResult(decision, self._matches(view, item, graph.rank, neighbours))
+
+    def _recrawl(self, item: Prepared) -> QueryResult:
+        """A known id with other content: the real engine's decision, on a shadow that is then dropped."""
+        shadow = shadow_engine(self.engine)
+        events = shadow.process([item.doc])
+        decision = dataclasses.replace(Decision.from_event(events[0]), seq=None, events=())
+        neighbours = shadow.cover.neighbours(item.doc.doc_id)
+        return QueryResult(decision, self._matches(shadow.state, item, shadow.cover.rank, neighbours))
 
     def _near(self, view: StateView, item: Prepared) -> dict[str, float]:
         """Verified LSH candidates (as the engine's ``_near_matches``, without indexing the document)."""
@@ -227,7 +244,7 @@ class QueryPath:
                 out[member] = similarity
 
     def _matches(
-        self, view: StateView, item: Prepared, graph: _GraphWithQuery, neighbours: dict[str, float]
+        self, view: StateView, item: Prepared, rank: Callable[[str], CanonicalKey], neighbours: dict[str, float]
     ) -> tuple[Match, ...]:
         params, out = self.engine.params, []
         for member, similarity in neighbours.items():
@@ -243,7 +260,7 @@ class QueryPath:
                     params.pair_threshold(item.doc.source, record.source),
                 )
             )
-        out.sort(key=lambda m: (-m.similarity, order_key(graph.rank(m.id))))
+        out.sort(key=lambda m: (-m.similarity, order_key(rank(m.id))))
         return tuple(out)
 
     def query_signature(self, signature: np.ndarray, threshold: float) -> list[Match]:

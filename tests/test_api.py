@@ -45,7 +45,8 @@ def near_corpus(seed: int, n: int = 200) -> list[dict[str, Any]]:
             body = " ... "
         else:
             body = edit(rng, rng.choice(bases), rng.randint(0, 3))
-        doc: dict[str, Any] = {"id": f"d{i:03d}", "text": body, "source": rng.choice(["news", "wiki"])}
+        doc_id = f"d{rng.randrange(i):03d}" if i and rng.random() < 0.15 else f"d{i:03d}"  # re-crawls
+        doc: dict[str, Any] = {"id": doc_id, "text": body, "source": rng.choice(["news", "wiki"])}
         if rng.random() < 0.5 and body.strip(" ."):
             doc["text"] = f"{body}\n{FOOTER}"
         if rng.random() < 0.3:
@@ -129,7 +130,7 @@ def test_query_does_not_change_the_state(tmp_path: Path) -> None:
 
 def test_open_close_reopen_keeps_state_params_and_seq(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    docs = near_corpus(4, 60)
+    docs = list({d["id"]: d for d in near_corpus(4, 60)}.values())  # one version per id
     with Deduper.open(state, threshold=0.7, num_perm=64) as dd:
         first = dd.add_many(docs)
         params, seq = dd.params, dd.seq
