@@ -112,6 +112,7 @@ def test_query_does_not_change_the_state(tmp_path: Path) -> None:
         answers += [dd.query(d["text"], source=d["source"]) for d in docs[150:]]
         found = dd.query_minhash(dd.minhash(docs[0]["text"]))
         assert any(a.duplicate for a in answers) and found
+        assert any(a.decision.updated for a in answers)  # re-crawls were asked too (the shadow engine)
         assert snapshot(dd) == before
         assert (dd.seq, len(dd.engine.lsh), dd.engine.boilerplate.learned) == (seq, lsh_size, learned)  # type: ignore[union-attr]
         assert dd.engine.boilerplate.stripped_lines == stripped  # type: ignore[union-attr]
