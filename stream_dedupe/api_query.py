@@ -1,0 +1,299 @@
+"""The read-only path of the Python API: what ``add`` would decide, without writing anything.
+
+Built on the engine's public attributes only (``engine.store``, ``engine.lsh``, ``engine.preparer``,
+``engine.signer``, ``engine.boilerplate``, ``engine.params``); it replays the engine's decision for
+one new document (:meth:`~stream_dedupe.core.engine.DedupeEngine.process`) step by step:
+
+1. strip the learned boilerplate lines, **without counting** the document's lines;
+2. sign, key (content hash, title key) and band-hash it as the engine does;
+3. an existing exact-content group is its match (similarity 1.0); otherwise look its bands up in
+   the LSH index **without adding it**, and verify the candidates (title guard, pair thresholds,
+   exact or estimated Jaccard);
+4. apply the cover rule (:func:`stream_dedupe.core.cover.decide_one`): it would be covered by the
+   most similar representative ranked before it in canonical order.
+
+A known id with other content (a re-crawl, which first takes the old version out of the index)
+is answered by the real engine on a throwaway shadow instead (:mod:`stream_dedupe.api_shadow`).
+
+Reads go through a fresh :class:`~stream_dedupe.storage.state.StateView` that is dropped
+afterwards, so nothing reaches the store, and ``seq``, the LSH tables and the boilerplate
+counts stay as they were. Each queried document is answered against the committed state alone
+(documents of one ``query_many`` call do not see each other).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from functools import reduce
+from typing import Any
+
+import numpy as np
+
+from stream_dedupe.api_shadow import shadow_engine
+from stream_dedupe.api_types import Decision, Match, QueryResult
+from stream_dedupe.core.batch import Prepared
+from stream_dedupe.core.canonical import CanonicalKey, better
+from stream_dedupe.core.cover import Assignment, StateCoverGraph, decide_one, order_key
+from stream_dedupe.core.engine import DedupeEngine
+from stream_dedupe.core.records import Document, parse_timestamp
+from stream_dedupe.core.unionfind import UnionFind
+from stream_dedupe.core.verify import estimated_jaccard, exact_jaccard
+from stream_dedupe.errors import ConfigError
+from stream_dedupe.storage.state import StateView
+
+#: Internal id of a queried text given without one: ranks after any document of equal length
+#: and date, so that an existing document wins the tie (as the smaller id would).
+NO_ID = "\U0010ffff"
+
+
+def query_document(mapping: Mapping[str, Any], doc_id: str | None) -> Document:
+    """A queried document (no JSON round trip: nothing is stored).
+
+    Raises:
+        ConfigError: if the text is not a string, or a field has the wrong type.
+
+    """
+    text, title, source = mapping.get("text"), mapping.get("title"), mapping.get("source")
+    if not isinstance(text, str):
+        raise ConfigError(f"a query needs a string text, got {type(text).__name__}")
+    for name, value in (("title", title), ("source", source), ("id", doc_id)):
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"a query's {name} must be a string, got {type(value).__name__}")
+    updated = mapping.get("updated_at")
+    try:
+        updated_us = None if updated is None else parse_timestamp(str(updated))
+    except ValueError as exc:
+        raise ConfigError(f"updated_at {updated!r} is not RFC 3339 with a time zone") from exc
+    return Document(doc_id or NO_ID, text, updated_us, source, b"", title)
+
+
+class _GraphWithQuery:
+    """The state's cover graph, plus the queried document as a would-be representative."""
+
+    def __init__(self, base: StateCoverGraph, doc_id: str, key: CanonicalKey) -> None:
+        self.base, self.doc_id, self.key = base, doc_id, key
+
+    def rank(self, doc_id: str) -> CanonicalKey:
+        return self.key if doc_id == self.doc_id else self.base.rank(doc_id)
+
+    def neighbours(self, doc_id: str) -> dict[str, float]:
+        return self.base.neighbours(doc_id)
+
+    def assignment(self, doc_id: str) -> Assignment:
+        return None if doc_id == self.doc_id else self.base.assignment(doc_id)
+
+    def assign(self, doc_id: str, assignment: Assignment) -> None:
+        raise AssertionError("the read-only query path never assigns")
+
+
+class QueryPath:
+    """Answers queries for one engine.
+
+    Args:
+        engine: The engine whose committed state is queried.
+
+    """
+
+    def __init__(self, engine: DedupeEngine) -> None:
+        self.engine = engine
+
+    def query(self, docs: list[Document], ids: list[str | None]) -> list[QueryResult]:
+        """The would-be decision of each document, against the committed state."""
+        engine = self.engine
+        texts = [d.text for d in docs]
+        learner = engine.boilerplate
+        if learner is not None:
+            before = learner.stripped_lines  # a statistic, restored: a query strips nothing for real
+            texts = [learner.strip_and_count(d.text, d.source, count=False) for d in docs]
+            learner.stripped_lines = before
+        prepared = engine.preparer.keyed(docs, engine.signer.sign(texts), engine.lsh)
+        view = StateView(engine.store)  # never committed: reads (and path compression) stay here
+        return [self._decide(view, item, given) for item, given in zip(prepared, ids, strict=True)]
+
+    def _decide(self, view: StateView, item: Prepared, given: str | None) -> QueryResult:
+        doc, params = item.doc, self.engine.params
+        prior = view.doc(doc.doc_id) if given is not None else None
+        if item.tokens == 0:
+            detail = (
+                "the text has no words after normalization (empty, whitespace or punctuation only): nothing to index"
+            )
+            if prior is not None:
+                detail += "; the earlier version of this document was removed"
+            return QueryResult(Decision("invalid", given, reason="empty-text", detail=detail), ())
+        uf = UnionFind(view)
+        if prior is not None and prior.content_hash == item.content_hash:
+            info = uf.cluster_of(doc.doc_id)
+            decision = Decision(
+                "unchanged",
+                given,
+                prior.covered_by or doc.doc_id,
+                cluster=info.label,
+                canonical=info.canonical.doc_id,
+                cluster_size=info.size,
+            )
+            return QueryResult(decision, ())
+        if prior is not None:
+            return self._recrawl(item)
+        group = view.exact_group(item.content_hash)
+        neighbours: dict[str, float] = {}
+        pairs: dict[str, float] = {}
+        if group:
+            matched = [group[0]]
+            neighbours = dict.fromkeys(group, 1.0)
+            for other, similarity, exact in view.edges(group[0]):
+                if not exact and other not in neighbours and other != doc.doc_id:
+                    pairs[other] = max(similarity, pairs.get(other, 0.0))
+        elif item.signature is not None:
+            pairs = self._near(view, item)
+            matched = list(pairs)
+        else:
+            matched = []
+        key = CanonicalKey(doc.doc_id, item.length, doc.updated_at_us)
+        if not matched:
+            decision = Decision("new", given, given, cluster=given, canonical=given, cluster_size=1, updated=False)
+            return QueryResult(decision, ())
+        self._expand(view, item, pairs, neighbours)
+        graph = _GraphWithQuery(StateCoverGraph(view, params), doc.doc_id, key)
+        assignment = decide_one(graph, doc.doc_id, neighbours)
+        infos = {root: uf.info(root) for root in {uf.find(m) for m in matched}}
+        label = min([*(i.label for i in infos.values()), doc.doc_id])
+        canonical = reduce(better, [*(i.canonical for i in infos.values()), key]).doc_id
+        size = 1 + sum(i.size for i in infos.values())
+        public = {doc.doc_id: given}
+        label_out, canonical_out = public.get(label, label), public.get(canonical, canonical)
+        updated = prior is not None
+        if assignment is None:
+            decision = Decision(
+                "new", given, given, cluster=label_out, canonical=canonical_out, cluster_size=size, updated=updated
+            )
+        else:
+            rep_id, similarity = assignment
+            rep = view.doc(rep_id)
+            assert rep is not None
+            decision = Decision(
+                "duplicate-of",
+                given,
+                rep_id,
+                round(similarity, 6),
+                rep.content_hash == item.content_hash,
+                params.pair_threshold(doc.source, rep.source),
+                cluster=label_out,
+                canonical=canonical_out,
+                cluster_size=size,
+                updated=updated,
+            )
+        return QueryResult(decision, self._matches(view, item, graph.rank, neighbours))
+
+    def _recrawl(self, item: Prepared) -> QueryResult:
+        """A known id with other content: the real engine's decision, on a shadow that is then dropped."""
+        shadow = shadow_engine(self.engine)
+        events = shadow.process([item.doc])
+        decision = dataclasses.replace(Decision.from_event(events[0]), seq=None, events=())
+        neighbours = shadow.cover.neighbours(item.doc.doc_id)
+        return QueryResult(decision, self._matches(shadow.state, item, shadow.cover.rank, neighbours))
+
+    def _near(self, view: StateView, item: Prepared) -> dict[str, float]:
+        """Verified LSH candidates (as the engine's ``_near_matches``, without indexing the document)."""
+        engine, params, doc = self.engine, self.engine.params, item.doc
+        assert item.band_hashes is not None
+        candidates = engine.lsh.query(item.band_hashes)
+        candidates.discard(doc.doc_id)
+        view.prefetch("docs", [c.encode("utf-8") for c in candidates])
+        mixed = bool(params.source_thresholds)
+        out: dict[str, float] = {}
+        for other in sorted(candidates):
+            threshold = params.decision_threshold
+            record = view.doc(other)
+            if record is None:
+                continue
+            if mixed or item.title_key is not None:
+                if item.title_key is not None and record.title_key not in (None, item.title_key):
+                    continue
+                threshold = params.pair_decision_threshold(doc.source, record.source)
+            similarity = self._similarity(view, item, other)
+            if similarity >= threshold:
+                out[other] = similarity
+        return out
+
+    def _similarity(self, view: StateView, item: Prepared, other: str) -> float:
+        if item.shingle_set is not None:
+            other_set = view.shingle_set(other)
+            assert other_set is not None, f"exact mode: no shingle set stored for {other!r}"
+            return exact_jaccard(item.shingle_set, other_set)
+        other_sig = view.signature(other)
+        assert other_sig is not None and item.signature is not None
+        return estimated_jaccard(item.signature, other_sig)
+
+    def _expand(self, view: StateView, item: Prepared, pairs: dict[str, float], out: dict[str, float]) -> None:
+        """Every member of each paired content group (as :meth:`StateCoverGraph.neighbours`)."""
+        params, doc = self.engine.params, item.doc
+        mixed = bool(params.source_thresholds)
+        for other, similarity in pairs.items():
+            record = view.doc(other)
+            if record is None:
+                continue
+            for member in view.exact_group(record.content_hash) or [other]:
+                if member == doc.doc_id or (member in out and out[member] >= similarity):
+                    continue
+                if mixed:
+                    member_record = view.doc(member)
+                    source = None if member_record is None else member_record.source
+                    if similarity < params.pair_decision_threshold(doc.source, source):
+                        continue
+                out[member] = similarity
+
+    def _matches(
+        self, view: StateView, item: Prepared, rank: Callable[[str], CanonicalKey], neighbours: dict[str, float]
+    ) -> tuple[Match, ...]:
+        params, out = self.engine.params, []
+        for member, similarity in neighbours.items():
+            record = view.doc(member)
+            if record is None:
+                continue
+            out.append(
+                Match(
+                    member,
+                    round(similarity, 6),
+                    record.content_hash == item.content_hash,
+                    record.covered_by is None,
+                    params.pair_threshold(item.doc.source, record.source),
+                )
+            )
+        out.sort(key=lambda m: (-m.similarity, order_key(rank(m.id))))
+        return tuple(out)
+
+    def query_signature(self, signature: np.ndarray, threshold: float) -> list[Match]:
+        """Documents whose stored signature's estimated Jaccard with ``signature`` is >= ``threshold``.
+
+        Raises:
+            ConfigError: if the signature does not have the index's ``num_perm`` values.
+
+        """
+        engine = self.engine
+        if signature.shape != (engine.params.num_perm,):
+            raise ConfigError(
+                f"the MinHash has {signature.size} permutations, the index {engine.params.num_perm}: "
+                f"build it with MinHash(num_perm={engine.params.num_perm}, seed={engine.params.seed}) "
+                "or with Deduper.minhash(text)"
+            )
+        signature = np.ascontiguousarray(signature, dtype=np.uint32)
+        view = StateView(engine.store)
+        hits: dict[str, float] = {}
+        for other in engine.lsh.query(engine.lsh.hashes(signature[None, :])[0]):
+            other_sig = view.signature(other)
+            record = view.doc(other)
+            if other_sig is None or record is None:
+                continue
+            similarity = estimated_jaccard(signature, other_sig)
+            if similarity >= threshold:
+                for member in view.exact_group(record.content_hash) or [other]:
+                    hits[member] = max(similarity, hits.get(member, 0.0))
+        matches = []
+        for member, similarity in hits.items():
+            record = view.doc(member)
+            if record is not None:
+                match = Match(member, round(similarity, 6), False, record.covered_by is None, threshold)
+                matches.append(match)
+        matches.sort(key=lambda m: (-m.similarity, m.id))
+        return matches
