@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import os
 import struct
-import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from stream_dedupe.storage.base import NAMESPACES, WriteSet
+from stream_dedupe.worker import faust_compat
 
 _HEAD = struct.Struct("<BIi")  # namespace name length, key length, value length (-1: delete)
 
@@ -40,14 +40,10 @@ def bind_event(event: Any) -> None:
 
     Faust only allows table writes while an agent iterates a stream one event at a time; a batch
     taken with ``stream.take_events`` has no current event. This sets the private context
-    variable Faust reads (faust-streaming 0.15: ``faust.streams._current_event``). Private Faust
-    APIs used by the worker: this one, ``RocksDB._db_for_partition`` (direct reads and writes, see
-    :meth:`FaustTableStore._db`), ``Consumer._paused_partitions`` (the index partition stays
-    paused in Faust's consumer) and the fetch-wait patch of ``AIOKafkaConsumerThread``.
+    variable Faust reads, through :mod:`stream_dedupe.worker.faust_compat` (every private Faust
+    API the worker uses is there).
     """
-    from faust.streams import _current_event
-
-    _current_event.set(weakref.ref(event))
+    faust_compat.set_current_event(event)
 
 
 def encode_batch(batch: WriteSet) -> bytes:
@@ -155,7 +151,7 @@ class FaustTableStore:
         (event lookup, key index, serializer registry) and, with raw serializers and one
         partition, do exactly this (faust-streaming 0.15 ``RocksDB._db_for_partition``, private).
         """
-        return self._tables[namespace].data._db_for_partition(0)
+        return faust_compat.table_db(self._tables[namespace])
 
     def write(self, batch: WriteSet) -> None:
         """Journal ``batch``, then apply it to the tables (see the module docstring)."""
@@ -215,8 +211,6 @@ class FaustTableStore:
             producer: A started ``aiokafka.AIOKafkaProducer`` (records go in whole batches).
 
         """
-        from faust.types import TP
-
         unsent, self._unsent = self._unsent, []
         by_namespace: dict[str, list[tuple[bytes, bytes | None]]] = {}
         for namespace, key, value in unsent:
@@ -229,7 +223,7 @@ class FaustTableStore:
         for namespace, topic, future, count in pending:
             metadata = await future
             last = metadata.offset + count - 1
-            self._tables[namespace].data.set_persisted_offset(TP(topic, 0), last)
+            faust_compat.set_persisted_offset(self._tables[namespace], topic, 0, last)
         self._journal.unlink(missing_ok=True)
 
     def items(self, namespace: str) -> Iterator[tuple[bytes, bytes]]:
