@@ -55,7 +55,10 @@ class TopicSpec:
         exact_partitions: When set, an existing topic must have exactly ``partitions``.
         replication_factor: Replicas when created.
         role: ``input``, ``events``, ``deduped``, ``dlq``, ``index`` or ``changelog`` (what is checked).
-        max_message_bytes: The largest record the worker writes to it (None: not checked).
+        max_message_bytes: ``max.message.bytes`` when created: the largest record the worker
+            writes to it (None: the broker's default); an existing topic below it is warned about.
+        required_message_bytes: An existing topic below this ``max.message.bytes`` is refused (a
+            document of ``max_doc_bytes`` could not be written).
 
     """
 
@@ -66,6 +69,7 @@ class TopicSpec:
     replication_factor: int = 1
     role: str = "input"
     max_message_bytes: int | None = field(default=None)
+    required_message_bytes: int | None = field(default=None)
 
 
 def worker_topics(settings: WorkerSettings) -> list[TopicSpec]:
@@ -79,7 +83,8 @@ def worker_topics(settings: WorkerSettings) -> list[TopicSpec]:
         config = {**common, **extra}
         if size is not None:
             config["max.message.bytes"] = str(size)
-        return TopicSpec(name, partitions, config, role == "index", rf, role, size)
+        required = settings.max_doc_bytes if role in ("deduped", "index", "changelog") else None
+        return TopicSpec(name, partitions, config, role == "index", rf, role, size, required)
 
     index = {"retention.ms": str(INDEX_RETENTION_MS), "retention.bytes": "-1"}
     topics = [
@@ -305,12 +310,17 @@ def check_configs(specs: list[TopicSpec], configs: dict[str, dict[str, str]]) ->
                     f"documents ({_alter(name, f'delete.retention.ms={wanted}')})"
                 )
         limit = int(have.get("max.message.bytes", "1048588"))
-        if spec.max_message_bytes is not None and limit < spec.max_message_bytes:
+        fix = _alter(name, f"max.message.bytes={spec.max_message_bytes}")
+        if spec.required_message_bytes is not None and limit < spec.required_message_bytes:
             raise TopicLayoutError(
-                f"topic {name!r} has max.message.bytes={limit} but the worker writes records of up to "
-                f"{spec.max_message_bytes} bytes to it (max_doc_bytes plus headers): the broker would refuse them. "
-                f"Fix: {_alter(name, f'max.message.bytes={spec.max_message_bytes}')}, or lower "
+                f"topic {name!r} has max.message.bytes={limit}, below max_doc_bytes ({spec.required_message_bytes}): "
+                f"the broker would refuse the worker's records of valid documents. Fix: {fix}, or lower "
                 "STREAM_DEDUPE_MAX_DOC_BYTES / --max-doc-bytes"
+            )
+        if spec.max_message_bytes is not None and limit < spec.max_message_bytes:
+            warnings.append(
+                f"topic {name!r} has max.message.bytes={limit}: records of documents near max_doc_bytes (plus "
+                f"headers, up to {spec.max_message_bytes} bytes) would be refused by the broker ({fix})"
             )
         insync = int(have.get("min.insync.replicas", "1"))
         wanted_insync = int(spec.config.get("min.insync.replicas", "1"))
