@@ -70,6 +70,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--port", type=int, default=19594)
     parser.add_argument("--rocksdb-memory-mb", type=int, default=256)
+    parser.add_argument(
+        "--session-timeout", type=float, default=6.0, help="worker's; raise it on a loaded machine (the gauge scans)"
+    )
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/sd-bench-scale"), help="corpora (shared)")
     parser.add_argument("--timeout", type=float, default=3600.0)
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "memory.json")
@@ -88,6 +91,7 @@ def main() -> None:
     tmp.mkdir(parents=True)
     prefix = f"mem{uuid.uuid4().hex[:6]}"
     flags = ["--batch-wait", "0.05", "--rocksdb-memory-mb", str(args.rocksdb_memory_mb)]
+    flags += ["--session-timeout", str(args.session_timeout), "--heartbeat-interval", str(args.session_timeout / 20)]
     with kafka(args.port) as bootstrap:
         worker = Worker(bootstrap, prefix, tmp, flags, name="memory")
         sampler = RssSampler(worker.proc.pid)
