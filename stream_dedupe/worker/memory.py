@@ -10,11 +10,13 @@ together:
 * one LRU block cache of ``rocksdb_memory_mb`` shared by every table, holding the data blocks and
   the index and filter blocks (``cache_index_and_filter_blocks``: the filters of a large state
   would otherwise live outside any bound);
-* one write buffer manager over every table's memtables, limited to a quarter of the budget and
-  charged to the same cache, so that the cache and the memtables together stay within the budget.
+* one write buffer manager over every table's memtables, limited to half the budget and charged
+  to the same cache, so that the cache and the memtables together stay within the budget; each
+  table's memtables are twice the embedded state's (the worker also bulk-loads the tables from the
+  changelogs), three of them, at most a quarter of the memtable budget each.
 
-Python's own memory (the engine's LSH band tables: about 0.6 KB per document) comes on top; see
-BENCHMARKS.md ("Worker memory") for the RSS measured at 1M documents.
+Python's own memory (the engine's LSH band tables: about 0.5 KB per document, and after a restart
+the signatures read to rebuild them) comes on top; see BENCHMARKS.md ("Worker memory").
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from stream_dedupe.storage import rocks
 from stream_dedupe.worker import faust_compat
 
 #: Share of the budget the memtables of all tables may take (charged to the shared cache).
-MEMTABLE_SHARE = 0.25
+MEMTABLE_SHARE = 0.5
 
 
 def table_options(namespace: str, cache: Any, write_buffer_manager: Any, write_buffer_bytes: int) -> Any:
@@ -44,7 +46,7 @@ def table_options(namespace: str, cache: Any, write_buffer_manager: Any, write_b
         table.set_block_size(rocks.DOCUMENTS_BLOCK_BYTES)
     opts.set_block_based_table_factory(table)
     opts.set_write_buffer_size(write_buffer_bytes)
-    opts.set_max_write_buffer_number(2)
+    opts.set_max_write_buffer_number(3)
     opts.set_write_buffer_manager(write_buffer_manager)
     return opts
 
@@ -62,8 +64,8 @@ def bound_tables(tables: Mapping[str, Any], memory_mb: int) -> dict[str, int]:
     options: dict[str, Any] = {}
     for namespace in tables:
         preferred = rocks.DOCUMENTS_WRITE_BUFFER_BYTES if namespace == "documents" else rocks.WRITE_BUFFER_BYTES
-        # The embedded state's memtable sizes; no table may take more than an eighth of the memtable budget.
-        sizes[namespace] = min(preferred, max(1 << 20, memtables // 8))
+        # Twice the embedded state's memtable sizes (bulk copies from the changelogs); at most a quarter of the budget.
+        sizes[namespace] = min(2 * preferred, max(1 << 20, memtables // 4))
         options[namespace] = faust_compat.bounded_rocksdb_options(
             functools.partial(table_options, namespace, cache, manager, sizes[namespace])
         )
