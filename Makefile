@@ -6,10 +6,10 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test lint bench bench-peers bench-worker bench-scale bench-scale-out tools clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev]' -c constraints.txt  # locked versions: tools/update-constraints.sh
 	$(BIN)/python -m stream_dedupe.warmup  # compile the numba kernels once, into their on-disk cache
 	touch $(STAMP)
 

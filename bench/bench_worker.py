@@ -40,6 +40,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+# The benchmarks run one local broker: one replica per topic (the worker's default is 3).
+os.environ.setdefault("STREAM_DEDUPE_REPLICATION_FACTOR", "1")
 
 from stream_dedupe.config import DedupeParams  # noqa: E402
 from stream_dedupe.core.engine import DedupeEngine  # noqa: E402

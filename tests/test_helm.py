@@ -418,3 +418,55 @@ def test_worker_accepts_the_rendered_settings(name: str, tmp_path: Path) -> None
     settings = WorkerSettings.load(env)
     assert str(settings.state_dir) == STATE_DIR and settings.web_port == 6066 and settings.web_host == "0.0.0.0"
     assert settings.input_partitions == int(env["STREAM_DEDUPE_INPUT_PARTITIONS"])
+
+
+# ------------------------------------------------------------------------------- network policy --
+
+
+def _policies(docs: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == "NetworkPolicy"]
+
+
+def test_network_policy_is_off_by_default() -> None:
+    assert _policies(rendered("default")) == []
+
+
+def test_network_policy_admits_only_the_scraper_to_the_web_port_and_egress_to_kafka_and_dns() -> None:
+    docs = rendered("sasl-ssl-monitoring")
+    (policy,) = _policies(docs)
+    spec = policy["spec"]
+    sts = one(docs, "StatefulSet")
+    assert spec["podSelector"] == {"matchLabels": sts["spec"]["selector"]["matchLabels"]}
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    (ingress,) = spec["ingress"]  # one rule: the web port, from the monitoring namespace's Prometheus
+    assert ingress["ports"] == [{"port": "http", "protocol": "TCP"}]
+    _, container = worker(docs)
+    assert [p["name"] for p in container["ports"]] == ["http"], "the named port must be the web port"
+    assert ingress["from"] == [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+        }
+    ]
+    kafka, dns = spec["egress"]
+    assert kafka["ports"] == [{"port": 9093, "protocol": "TCP"}]
+    assert kafka["to"][0]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "kafka"}}
+    assert {(p["port"], p["protocol"]) for p in dns["ports"]} == {(53, "UDP"), (53, "TCP")}
+    assert dns["to"] == [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}]
+
+
+def test_network_policy_without_scrapers_denies_all_ingress_and_validates(tmp_path: Path) -> None:
+    proc = template("--set", "networkPolicy.enabled=true", "--set", "networkPolicy.dns.enabled=false")
+    assert proc.returncode == 0, proc.stderr
+    (policy,) = _policies(tuple(d for d in yaml.safe_load_all(proc.stdout) if d))
+    assert policy["spec"]["ingress"] == []
+    assert policy["spec"]["egress"] == [{"ports": [{"port": 9092, "protocol": "TCP"}]}]  # any broker address
+    for version in K8S_VERSIONS:
+        kubernetes_validate.validate(policy, version, strict=True)
+
+
+def test_replication_and_memory_settings_reach_the_worker() -> None:
+    env = settings_env(rendered("default"))
+    assert env["STREAM_DEDUPE_REPLICATION_FACTOR"] == "3"
+    assert int(env["STREAM_DEDUPE_ROCKSDB_MEMORY_MB"]) >= 64
+    assert settings_env(rendered("dev-ephemeral"))["STREAM_DEDUPE_REPLICATION_FACTOR"] == "1"

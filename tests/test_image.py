@@ -148,3 +148,36 @@ def test_healthcheck_reflects_the_health_endpoint(built: Path) -> None:
 
 def test_no_compilers_in_the_final_image(built: Path) -> None:
     assert (built / "compilers.txt").read_text() == ""
+
+
+def test_every_install_uses_the_constraints_file() -> None:
+    """make (.venv, hence CI's `make test`) and both pip steps of the image install the locked versions."""
+    from stream_dedupe.worker.faust_compat import TESTED
+
+    dockerfile = DOCKERFILE.read_text()
+    pip_steps = re.findall(r"pip (?:wheel|install) [^\n]*-r /wheels/requirements.txt[^\n]*\n[^\n]*", dockerfile)
+    assert len(pip_steps) == 2 and all("-c /wheels/constraints.txt" in step for step in pip_steps), pip_steps
+    assert re.search(r"^COPY pyproject.toml constraints.txt ", dockerfile, re.M)
+    makefile = (REPO / "Makefile").read_text()
+    assert re.search(r"pip install -q -e '\.\[dev\]' -c constraints.txt", makefile)
+    assert re.search(r"^\$\(STAMP\): pyproject.toml constraints.txt$", makefile, re.M)
+    locked = dict(
+        line.split("==", 1) for line in (REPO / "constraints.txt").read_text().splitlines() if "==" in line
+    )
+    for name, version in TESTED.items():  # the canaries' versions are the ones installed everywhere
+        assert locked[name] == version, (name, locked.get(name), version)
+    assert "matplotlib" in locked, "the dev install (tools extra) is locked too"
+
+
+def test_tune_without_the_tools_extra_says_what_to_install(built: Path) -> None:
+    lines = (built / "tune-without-tools.txt").read_text().splitlines()
+    assert lines == [
+        "error: `stream-dedupe tune` needs matplotlib, which the runtime install leaves out: "
+        "pip install 'stream-dedupe[tools]'",
+        "rc=2",
+    ]
+
+
+def test_image_size_is_recorded(built: Path) -> None:
+    info = dict(line.split("=", 1) for line in (built / "image.txt").read_text().splitlines())
+    assert int(info["size_bytes"]) > 100 << 20, info

@@ -145,6 +145,9 @@ def tune(
     pairs: Annotated[int, typer.Option(help="Borderline pairs on the review page.")] = 40,
 ) -> None:
     """Plot the LSH S-curve over the corpus and write a review page of the borderline pairs."""
+    from stream_dedupe.extras import require
+
+    require("tune", "matplotlib")  # the `tools` extra, not in the runtime install
     from stream_dedupe.quality.review_page import write_review_page
     from stream_dedupe.quality.tune import candidate_pairs, plot_scurve
 

@@ -39,7 +39,9 @@ from stream_dedupe.core.records import parse_document
 from stream_dedupe.core.signer import Signer
 from stream_dedupe.errors import StreamDedupeError
 from stream_dedupe.storage.base import NAMESPACES
+from stream_dedupe.worker import faust_compat
 from stream_dedupe.worker.follow import Follower
+from stream_dedupe.worker.memory import bound_tables
 from stream_dedupe.worker.metrics import CONTENT_TYPE, WorkerMetrics, broker_status, refresh_gauges
 from stream_dedupe.worker.pipeline import (
     INDEX_OFFSET_KEY,
@@ -61,23 +63,8 @@ from stream_dedupe.worker.store import FaustTableStore
 
 log = logging.getLogger("stream_dedupe.worker")
 
-
-def _cap_fetch_wait(ms: int) -> None:
-    """Lower the fetch wait of the consumers Faust creates (the one patch of a Faust class)."""
-    from faust.transport.drivers import aiokafka as driver
-
-    cls = driver.AIOKafkaConsumerThread
-    if getattr(cls, "_sd_fetch_wait_ms", None) == ms:
-        return
-    create = cls._create_worker_consumer
-
-    def create_capped(self: Any, *args: Any, **kwargs: Any) -> Any:
-        consumer = create(self, *args, **kwargs)
-        consumer._fetch_max_wait_ms = min(consumer._fetch_max_wait_ms, ms)
-        return consumer
-
-    setattr(cls, "_create_worker_consumer", create_capped)  # noqa: B010 - patching a method
-    setattr(cls, "_sd_fetch_wait_ms", ms)  # noqa: B010
+#: The only paths the worker's HTTP server answers (every other one is 404).
+WEB_PATHS = ("/metrics", "/healthz", "/readyz")
 
 
 class _Synthetic:
@@ -105,7 +92,7 @@ class WorkerApp:
 def create_app(settings: WorkerSettings) -> WorkerApp:
     """Build the Faust app of a worker (topics, tables, agents, web views, timers)."""
     s = settings
-    _cap_fetch_wait(FETCH_MAX_WAIT_MS)
+    faust_compat.cap_fetch_wait(FETCH_MAX_WAIT_MS)
     app = faust.App(
         s.app_id,
         broker=s.faust_broker, broker_credentials=s.faust_credentials(),
@@ -113,7 +100,7 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
         store="rocksdb://",
         autodiscover=False,
         topic_partitions=1,
-        topic_replication_factor=1,
+        topic_replication_factor=s.replication_factor,
         # Standby copies are kept by this worker's own Follower (stream_dedupe.worker.follow):
         # Faust's per-event standby path fell far behind a decider working at full speed.
         table_standby_replicas=0,
@@ -122,6 +109,9 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
         processing_guarantee="at_least_once",
         consumer_auto_offset_reset="earliest",
         web_enabled=True,
+        # Only /metrics, /healthz and /readyz: Faust's /table/ and /router/ views would serve the stored
+        # documents and the cluster's topology to anyone who reaches the port (docs/worker.md, "Security").
+        **faust_compat.WEB_SETTINGS,
         web_port=s.web_port,
         web_bind=s.web_host,
         web_host=s.web_host,
@@ -138,6 +128,7 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
         ns: app.Table(f"state-{ns}", default=None, key_type=bytes, value_type=bytes, partitions=1, store="rocksdb://")
         for ns in NAMESPACES
     }
+    bound_tables(tables, s.rocksdb_memory_mb)  # one block cache and memtable budget for every table
     store = FaustTableStore(tables, s.state_dir / "journal")
     rt = Runtime(s, WorkerMetrics(), store)
     follower = Follower(s, tables) if s.standby_replicas > 0 else None
@@ -217,6 +208,7 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
         body["broker"] = broker_status(rt)  # an outage is reported here, not as "not ready" (docs/worker.md)
         return web.json(body, status=200 if ready else 503)
 
+    faust_compat.restrict_web(app, WEB_PATHS)
     return WorkerApp(app, rt, tables)
 
 
@@ -235,7 +227,7 @@ def _raw_topic(app: faust.App, name: str, partitions: int, acks: bool = True) ->
 
 def _recovered(app: faust.App) -> bool:
     """True once Faust recovered the tables from their changelogs."""
-    return bool(cast(Any, app.tables).recovery.completed.is_set())
+    return faust_compat.recovery_completed(app)
 
 
 def _ready(app: faust.App, rt: Runtime) -> bool:
@@ -246,8 +238,7 @@ def _ready(app: faust.App, rt: Runtime) -> bool:
 
 def _settled(app: faust.App) -> bool:
     """True when no rebalance or table recovery is in progress (and one recovery has completed)."""
-    recovery = cast(Any, app.tables).recovery
-    return _recovered(app) and not app.rebalancing and not recovery.in_recovery
+    return _recovered(app) and not app.rebalancing and not faust_compat.in_recovery(app)
 
 
 async def _ensure_engine(app: faust.App, rt: Runtime, event: Any) -> None:

@@ -57,7 +57,13 @@ def worker(
     input_partitions: Annotated[
         int | None, _opt("input_partitions", "Partitions of topics the worker creates [default: 4].")
     ] = None,
+    replication_factor: Annotated[
+        int | None, _opt("replication_factor", "Replicas of the topics it creates; 1: one local broker [default: 3].")
+    ] = None,
     state_dir: Annotated[Path | None, _opt("state_dir", "Local state directory (RocksDB tables).")] = None,
+    rocksdb_memory_mb: Annotated[
+        int | None, _opt("rocksdb_memory_mb", "RocksDB block cache + memtables of all tables, MB [default: 256].")
+    ] = None,
     threshold: Annotated[float | None, _opt("threshold", "Jaccard threshold [default: state's, else 0.8].")] = None,
     num_perm: Annotated[int | None, _opt("num_perm", "MinHash permutations [default: state's, else 128].")] = None,
     shingle: Annotated[
@@ -128,9 +134,8 @@ def run_worker(settings: WorkerSettings) -> None:
             built with other parameters, exits the process with code 2 and the message).
 
     """
-    from faust.worker import Worker
-
     from stream_dedupe.worker.app import create_app
+    from stream_dedupe.worker.faust_compat import worker_class
     from stream_dedupe.worker.follow import catch_up
     from stream_dedupe.worker.security import describe
     from stream_dedupe.worker.topics import prepare_worker_topics
@@ -159,21 +164,19 @@ def run_worker(settings: WorkerSettings) -> None:
     gc.set_threshold(50_000, 20, 100)
     timeout = settings.shutdown_timeout
 
-    class _Worker(Worker):
+    def on_first_signal(signal: Any) -> None:
+        log.warning("stopping (signal %s); exiting within %.0fs at most", signal, timeout)
+        timer = threading.Timer(timeout, _force_exit, args=(timeout,))
+        timer.daemon = True
+        timer.start()
+
+    class _Worker(worker_class(on_first_signal)):  # type: ignore[misc]
         def on_setup_root_logger(self, logger: Any, level: int) -> None:
             # Faust (mode) replaces the root handlers when it starts: filter the new ones too.
             super().on_setup_root_logger(logger, level)
             for handler in logger.handlers:
                 if repeats not in handler.filters:
                     handler.addFilter(repeats)
-
-        def _schedule_shutdown(self, signal: Any) -> None:
-            if not self._signal_stop_time:
-                log.warning("stopping (signal %s); exiting within %.0fs at most", signal, timeout)
-                timer = threading.Timer(timeout, _force_exit, args=(timeout,))
-                timer.daemon = True
-                timer.start()
-            super()._schedule_shutdown(signal)
 
     runner = _Worker(built.app, loop=loop, loglevel=level.lower(), quiet=True)
     runner.execute_from_commandline()
@@ -263,6 +266,9 @@ def produce(
     partitions: Annotated[
         int | None, _opt("input_partitions", "Partitions if the topic is created [default: 4].")
     ] = None,
+    replication_factor: Annotated[
+        int | None, _opt("replication_factor", "Replicas if the topic is created; 1 for one local broker [default: 3].")
+    ] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
     security_protocol: SecurityProtocol = None,
     sasl_mechanism: SaslMechanism = None,
@@ -286,6 +292,7 @@ def produce(
         broker=broker,
         input_topic=topic,
         input_partitions=partitions,
+        replication_factor=replication_factor,
         security_protocol=security_protocol,
         sasl_mechanism=sasl_mechanism,
         sasl_username=sasl_username,

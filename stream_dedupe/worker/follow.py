@@ -25,6 +25,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from stream_dedupe.worker import faust_compat
 from stream_dedupe.worker.settings import WorkerSettings
 
 log = logging.getLogger("stream_dedupe.worker.follow")
@@ -46,25 +47,21 @@ class _Tables:
         return _Tables({ns: t for ns, t in self.tables.items() if t.changelog_topic_name in topics})
 
     def persisted(self, tp: Any) -> int | None:
-        from faust.types import TP
-
-        offset = self.by_tp[tp].data.persisted_offset(TP(tp.topic, tp.partition))
-        return None if offset is None else int(offset)
+        return faust_compat.persisted_offset(self.by_tp[tp], tp.topic, tp.partition)
 
     def apply(self, tp: Any, messages: list[Any]) -> None:
         """Write a fetch of one changelog partition (one WriteBatch), then its persisted offset."""
-        from faust.types import TP
         from rocksdict import WriteBatch
 
-        store = self.by_tp[tp].data
+        table = self.by_tp[tp]
         batch = WriteBatch(raw_mode=True)
         for m in messages:
             if m.value is None:
                 batch.delete(m.key)
             else:
                 batch.put(m.key, m.value)
-        store._db_for_partition(0).write(batch)  # the same handle Faust and the decide stage use
-        store.set_persisted_offset(TP(tp.topic, tp.partition), messages[-1].offset)
+        faust_compat.table_db(table).write(batch)  # the same handle Faust and the decide stage use
+        faust_compat.set_persisted_offset(table, tp.topic, tp.partition, messages[-1].offset)
 
 
 async def _consumer(settings: WorkerSettings, all_tables: _Tables, name: str) -> tuple[Any, _Tables]:

@@ -28,6 +28,7 @@ from stream_dedupe.core.events import DOCUMENT_EVENTS
 from stream_dedupe.core.records import Invalid, ParseLimits, Record, parse_keyed
 from stream_dedupe.core.signer import Signed
 from stream_dedupe.errors import StreamDedupeError
+from stream_dedupe.worker import faust_compat
 from stream_dedupe.worker.metrics import WorkerMetrics
 from stream_dedupe.worker.outputs import fit_outputs, invalid_letter, poison_fault, short_key
 from stream_dedupe.worker.poison import await_settled, decide_safely
@@ -106,7 +107,7 @@ def pause_index(app: faust.App, rt: Runtime) -> None:
 
     tp = TP(rt.settings.index_topic, 0)
     consumer = cast(Any, app.consumer)
-    if tp in consumer.assignment() and tp not in consumer._paused_partitions:
+    if tp in consumer.assignment() and not faust_compat.is_paused(consumer, tp):
         consumer.pause_partitions([tp])
 
 
@@ -234,7 +235,6 @@ async def _decide_loop(app: faust.App, rt: Runtime) -> None:
     consumer.assign([tp])
     consumer.seek(tp, rt.index_offset + 1)
     log.info("%s[0]: reading from offset %d (first undecided record)", s.index_topic, rt.index_offset + 1)
-    recovery = cast(Any, app.tables).recovery
     messages: list[Any] = []
     while True:
         if not messages:
@@ -244,7 +244,7 @@ async def _decide_loop(app: faust.App, rt: Runtime) -> None:
                 continue
         await rt.gate.wait()
         async with rt.deciding:
-            if not rt.gate.is_set() or app.rebalancing or recovery.in_recovery or not owns_index(app, rt):
+            if not rt.gate.is_set() or app.rebalancing or faust_compat.in_recovery(app) or not owns_index(app, rt):
                 # A rebalance started, Faust is re-reading changelogs, or the group gave the index
                 # partition (the single writer's role) to another worker: decide nothing meanwhile.
                 rt.gate.clear()

@@ -90,6 +90,7 @@ async def produce(
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap,
         acks="all",
+        enable_idempotence=True,
         linger_ms=linger_ms,
         max_batch_size=1 << 20,
         max_request_size=8 << 20,
@@ -128,7 +129,8 @@ async def start_worker_producer(settings: WorkerSettings, role: str = "decide", 
     producer under ``exactly_once``, with the app's fixed transactional id, so that starting it
     fences (and aborts the open transaction of) any previous decider.
     """
-    txn: dict[str, Any] = {}
+    # Idempotent in every case: a retried send (broker failover, timeout) is written once.
+    txn: dict[str, Any] = {"enable_idempotence": True}
     if transactional:
         txn = {"transactional_id": f"{settings.app_id}-decide", "enable_idempotence": True}
         role = "decide-txn"

@@ -240,9 +240,9 @@ async def diagnose(bootstrap: str, security: dict[str, Any]) -> str | None:
         BrokerAuthError: the broker rejected the credentials, the mechanism or the TLS certificates.
 
     """
-    from aiokafka.conn import create_conn  # type: ignore[import-untyped]
     from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
-    from aiokafka.protocol.metadata import MetadataRequest  # type: ignore[import-untyped]
+
+    from stream_dedupe.worker.faust_compat import probe_metadata
 
     dropped = None
     for server in bootstrap.split(","):
@@ -254,14 +254,9 @@ async def diagnose(bootstrap: str, security: dict[str, Any]) -> str | None:
         except (OSError, TimeoutError, ValueError):
             continue  # not listening (or not resolvable): the caller waits for it
         try:
-            conn = await asyncio.wait_for(
-                create_conn(host, int(port_text), request_timeout_ms=int(PROBE_TIMEOUT * 1000), **security),
-                PROBE_TIMEOUT,
+            await asyncio.wait_for(
+                probe_metadata(host, int(port_text), int(PROBE_TIMEOUT * 1000), security), 2 * PROBE_TIMEOUT
             )
-            try:
-                await asyncio.wait_for(conn.send(MetadataRequest([])), PROBE_TIMEOUT)
-            finally:
-                conn.close()
             return None
         except TimeoutError:
             continue  # accepted but slow (a broker starting): not a verdict

@@ -20,6 +20,8 @@ from stream_dedupe.worker.errors import WorkerConfigError
 from stream_dedupe.worker.security import PATH_SETTINGS, check_security, client_security, faust_credentials
 
 ENV_PREFIX = "STREAM_DEDUPE_"
+#: Smallest ``rocksdb_memory_mb`` (below it the memtables flush every few hundred documents).
+MIN_MEMORY_MB = 64
 GUARANTEES = ("at_least_once", "exactly_once")
 COMPRESSIONS = ("zstd", "lz4", "gzip", "snappy", "none")
 
@@ -36,12 +38,17 @@ class WorkerSettings:
         deduped_topic: Compacted topic of the canonical documents.
         dlq_topic: Records that are not valid documents.
         input_partitions: Partitions of the input topic when the worker creates it.
+        replication_factor: Replicas of every topic the worker creates (input, events, deduped, DLQ,
+            index, the tables' changelogs); ``min.insync.replicas`` is 2 from 3 replicas on, else 1.
+            The worker refuses to start when the cluster has fewer brokers (1 for a single local broker).
         state_dir: Faust data directory (RocksDB tables under ``v1/tables``).
         threshold: Jaccard threshold (None: the state's, else 0.8).
         num_perm: MinHash permutations (None: the state's, else 128).
         shingle: Shingling ``word:K``/``char:K`` (None: the state's, else ``word:3``).
         boilerplate_min_docs: Learn boilerplate lines seen in this many documents of a source
             (None: the state's setting, else off; 0: off).
+        rocksdb_memory_mb: Memory of the RocksDB stores of every table together: one shared block
+            cache, the memtables charged to it (see :mod:`stream_dedupe.worker.memory`).
         web_host: Address the HTTP server (metrics, health) binds to.
         web_port: Port of the HTTP server.
         batch_size: Records decided together (one engine batch, one atomic commit).
@@ -87,11 +94,13 @@ class WorkerSettings:
     deduped_topic: str = "crawl.documents.deduped"
     dlq_topic: str = "dedupe.dlq"
     input_partitions: int = 4
+    replication_factor: int = 3
     state_dir: Path = field(default_factory=lambda: Path("stream-dedupe-worker-state"))
     threshold: float | None = None
     num_perm: int | None = None
     shingle: str | None = None
     boilerplate_min_docs: int | None = None
+    rocksdb_memory_mb: int = 256
     web_host: str = "127.0.0.1"
     web_port: int = 6066
     batch_size: int = 500
@@ -129,6 +138,16 @@ class WorkerSettings:
             raise WorkerConfigError(f"standby_replicas must be >= 0, got {self.standby_replicas}")
         if self.input_partitions < 1:
             raise WorkerConfigError(f"input_partitions must be >= 1, got {self.input_partitions}")
+        if not 1 <= self.replication_factor <= 32:
+            raise WorkerConfigError(
+                f"replication_factor must be between 1 and 32, got {self.replication_factor} (set "
+                f"{ENV_PREFIX}REPLICATION_FACTOR or --replication-factor; 1 for a single local broker)"
+            )
+        if self.rocksdb_memory_mb < MIN_MEMORY_MB:
+            raise WorkerConfigError(
+                f"rocksdb_memory_mb must be at least {MIN_MEMORY_MB}, got {self.rocksdb_memory_mb} (set "
+                f"{ENV_PREFIX}ROCKSDB_MEMORY_MB or --rocksdb-memory-mb)"
+            )
         if not 0 < self.batch_wait <= 60:
             raise WorkerConfigError(f"batch_wait must be in (0, 60] seconds, got {self.batch_wait}")
         if not 0 < self.heartbeat_interval < self.session_timeout:
@@ -160,6 +179,11 @@ class WorkerSettings:
     def exactly_once(self) -> bool:
         """True when outputs are published in Kafka transactions."""
         return self.processing_guarantee == "exactly_once"
+
+    @property
+    def min_insync_replicas(self) -> int:
+        """``min.insync.replicas`` of the topics the worker creates: 2 from 3 replicas on, else 1."""
+        return 2 if self.replication_factor >= 3 else 1
 
     @property
     def decide_group(self) -> str:

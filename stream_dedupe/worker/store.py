@@ -37,12 +37,12 @@ import hashlib
 import logging
 import os
 import struct
-import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from stream_dedupe.storage.base import NAMESPACES, WriteSet
+from stream_dedupe.worker import faust_compat
 from stream_dedupe.worker.sizes import FRAMING, TopicLimits, record_bytes
 
 log = logging.getLogger("stream_dedupe.worker.store")
@@ -77,14 +77,10 @@ def bind_event(event: Any) -> None:
 
     Faust only allows table writes while an agent iterates a stream one event at a time; a batch
     taken with ``stream.take_events`` has no current event. This sets the private context
-    variable Faust reads (faust-streaming 0.15: ``faust.streams._current_event``). Private Faust
-    APIs used by the worker: this one, ``RocksDB._db_for_partition`` (direct reads and writes, see
-    :meth:`FaustTableStore._db`), ``Consumer._paused_partitions`` (the index partition stays
-    paused in Faust's consumer) and the fetch-wait patch of ``AIOKafkaConsumerThread``.
+    variable Faust reads, through :mod:`stream_dedupe.worker.faust_compat` (every private Faust
+    API the worker uses is there).
     """
-    from faust.streams import _current_event
-
-    _current_event.set(weakref.ref(event))
+    faust_compat.set_current_event(event)
 
 
 def encode_batch(batch: WriteSet) -> bytes:
@@ -206,7 +202,7 @@ class FaustTableStore:
         (event lookup, key index, serializer registry) and, with raw serializers and one
         partition, do exactly this (faust-streaming 0.15 ``RocksDB._db_for_partition``, private).
         """
-        return self._tables[namespace].data._db_for_partition(0)
+        return faust_compat.table_db(self._tables[namespace])
 
     def write(self, batch: WriteSet) -> None:
         """Journal ``batch``, then apply it to the tables (see the module docstring)."""
@@ -357,8 +353,6 @@ class FaustTableStore:
 
     async def _send(self, producer: Any, by_namespace: Mapping[str, list[tuple[bytes, bytes | None]]]) -> None:
         """Send changelog records (whole batches, cut to the topics' limits) and await every ack."""
-        from faust.types import TP
-
         pending = []
         for namespace, records in by_namespace.items():
             topic = self._tables[namespace].changelog_topic_name
@@ -369,7 +363,7 @@ class FaustTableStore:
         for namespace, topic, future, count in pending:
             metadata = await future
             last = metadata.offset + count - 1
-            self._tables[namespace].data.set_persisted_offset(TP(topic, 0), last)
+            faust_compat.set_persisted_offset(self._tables[namespace], topic, 0, last)
 
     def _fits(self, producer: Any, topic: str, limit: int, record: tuple[bytes, bytes | None]) -> bool:
         """True when a changelog record fits its topic (compressed, when it is that large)."""

@@ -1,8 +1,11 @@
 """Creating and checking the worker's topics with the aiokafka admin client.
 
-The worker creates what is missing before Faust starts (Faust creates its changelog topics
-itself, compacted) and refuses to start against an internal index topic that does not have
-exactly one partition: the decide stage and its tables are single-partition by design.
+The worker creates what is missing before Faust starts, the tables' changelog topics included
+(Faust would create them itself, without ``min.insync.replicas``), every one with
+``replication_factor`` replicas. It refuses to start when the cluster has fewer brokers than that,
+when the internal index topic does not have exactly one partition (the decide stage and its tables
+are single-partition by design) or when an existing topic's configuration would lose or refuse
+data (see :func:`check_configs`), and warns about the settings that only risk it.
 """
 
 from __future__ import annotations
@@ -10,20 +13,33 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # type: ignore[import-untyped]
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType  # type: ignore[import-untyped]
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError  # type: ignore[import-untyped]
 
+from stream_dedupe.storage.base import NAMESPACES
 from stream_dedupe.worker.errors import BrokerUnavailableError, TopicLayoutError
 from stream_dedupe.worker.security import client_security, diagnose, dropped_error
 from stream_dedupe.worker.settings import WorkerSettings
 
 log = logging.getLogger("stream_dedupe.worker.topics")
 
+HOUR_MS = 3_600_000
+DAY_MS = 24 * HOUR_MS
 COMPACT = {"cleanup.policy": "compact"}
+#: The deduped topic: tombstones stay 7 days after compaction (an indexer that replays the topic,
+#: or catches up after an outage, within 7 days sees every deletion) and no record is compacted
+#: away within an hour of being written (a consumer less than an hour behind sees every update).
+DEDUPED_CONFIG = {**COMPACT, "delete.retention.ms": str(7 * DAY_MS), "min.compaction.lag.ms": str(HOUR_MS)}
+#: The index topic: a decide stage stopped for longer than this skips the records deleted meanwhile.
+INDEX_RETENTION_MS = 7 * DAY_MS
+#: An index topic retention below this is refused (a routine restart could lose records).
+INDEX_RETENTION_FLOOR_MS = HOUR_MS
+#: Room for the headers (signature, origin) and the JSON envelope on top of a document.
+RECORD_OVERHEAD = 64 << 10
 #: Handshakes in a row cut off by a listening broker before :func:`connect_admin` gives up.
 DROPPED_LIMIT = 3
 
@@ -37,6 +53,12 @@ class TopicSpec:
         partitions: Partitions when created.
         config: Topic configuration when created.
         exact_partitions: When set, an existing topic must have exactly ``partitions``.
+        replication_factor: Replicas when created.
+        role: ``input``, ``events``, ``deduped``, ``dlq``, ``index`` or ``changelog`` (what is checked).
+        max_message_bytes: ``max.message.bytes`` when created: the largest record the worker
+            writes to it (None: the broker's default); an existing topic below it is warned about.
+        required_message_bytes: An existing topic below this ``max.message.bytes`` is refused (a
+            document of ``max_doc_bytes`` could not be written).
 
     """
 
@@ -44,18 +66,41 @@ class TopicSpec:
     partitions: int
     config: dict[str, str]
     exact_partitions: bool = False
+    replication_factor: int = 1
+    role: str = "input"
+    max_message_bytes: int | None = field(default=None)
+    required_message_bytes: int | None = field(default=None)
 
 
 def worker_topics(settings: WorkerSettings) -> list[TopicSpec]:
     """The topics of a worker, with the settings they are created with."""
-    n = settings.input_partitions
-    return [
-        TopicSpec(settings.input_topic, n, {}),
-        TopicSpec(settings.events_topic, n, {}),
-        TopicSpec(settings.deduped_topic, n, dict(COMPACT)),
-        TopicSpec(settings.dlq_topic, n, {}),
-        TopicSpec(settings.index_topic, 1, {}, exact_partitions=True),
+    n, rf = settings.input_partitions, settings.replication_factor
+    doc = settings.max_doc_bytes + RECORD_OVERHEAD
+    dlq = 2 * settings.max_doc_bytes + RECORD_OVERHEAD  # base64 of the original bytes in a JSON envelope
+    common = {"min.insync.replicas": str(settings.min_insync_replicas)}
+
+    def spec(name: str, partitions: int, role: str, size: int | None, extra: dict[str, str]) -> TopicSpec:
+        config = {**common, **extra}
+        if size is not None:
+            config["max.message.bytes"] = str(size)
+        required = settings.max_doc_bytes if role in ("deduped", "index", "changelog") else None
+        return TopicSpec(name, partitions, config, role == "index", rf, role, size, required)
+
+    index = {"retention.ms": str(INDEX_RETENTION_MS), "retention.bytes": "-1"}
+    topics = [
+        spec(settings.input_topic, n, "input", None, {}),
+        spec(settings.events_topic, n, "events", None, {}),
+        spec(settings.deduped_topic, n, "deduped", doc, DEDUPED_CONFIG),
+        spec(settings.dlq_topic, n, "dlq", dlq, {}),
+        spec(settings.index_topic, 1, "index", doc, index),
     ]
+    topics += [spec(changelog_topic(settings, ns), 1, "changelog", doc, dict(COMPACT)) for ns in NAMESPACES]
+    return topics
+
+
+def changelog_topic(settings: WorkerSettings, namespace: str) -> str:
+    """The changelog topic of a state table, as Faust names it (``<app_id>-state-<ns>-changelog``)."""
+    return f"{settings.app_id}-state-{namespace}-changelog"
 
 
 async def connect_admin(
@@ -142,9 +187,11 @@ async def ensure_topics(admin: AIOKafkaAdminClient, specs: list[TopicSpec]) -> l
     """Create the missing topics and check the existing ones; returns the names created.
 
     Raises:
-        TopicLayoutError: if an existing topic has a partition count the worker cannot use.
+        TopicLayoutError: if the cluster has fewer brokers than a topic's replication factor, or an
+            existing topic has a partition count or a configuration the worker cannot use.
 
     """
+    await check_brokers(admin, max((s.replication_factor for s in specs), default=1))
     counts = await partition_counts(admin, [s.name for s in specs])
     for spec in specs:
         have = counts.get(spec.name)
@@ -155,10 +202,16 @@ async def ensure_topics(admin: AIOKafkaAdminClient, specs: list[TopicSpec]) -> l
                 f"(kafka-topics.sh --delete --topic {spec.name}) so the worker recreates it, or use another "
                 "app id (STREAM_DEDUPE_APP_ID / --app-id) which names a new index topic"
             )
+    existing = [s for s in specs if s.name in counts]
+    if existing:
+        configs = await topic_configs(admin, [s.name for s in existing])
+        for warning in check_configs(existing, configs):
+            log.warning("%s", warning)
     missing = [s for s in specs if s.name not in counts]
     if missing:
         new = [
-            NewTopic(s.name, num_partitions=s.partitions, replication_factor=1, topic_configs=s.config) for s in missing
+            NewTopic(s.name, s.partitions, replication_factor=s.replication_factor, topic_configs=s.config)
+            for s in missing
         ]
         try:
             await admin.create_topics(new, timeout_ms=30_000)
@@ -166,8 +219,117 @@ async def ensure_topics(admin: AIOKafkaAdminClient, specs: list[TopicSpec]) -> l
             log.info("topics created concurrently by another client")
         await _wait_visible(admin, [s.name for s in missing])
         for s in missing:
-            log.info("created topic %s (%d partitions, %s)", s.name, s.partitions, s.config or "default config")
+            log.info(
+                "created topic %s (%d partitions, %d replicas, %s)",
+                s.name,
+                s.partitions,
+                s.replication_factor,
+                s.config or "default config",
+            )
     return [s.name for s in missing]
+
+
+async def check_brokers(admin: AIOKafkaAdminClient, replication_factor: int) -> None:
+    """Refuse a replication factor the cluster cannot place.
+
+    Raises:
+        TopicLayoutError: with the fix (fewer replicas, e.g. 1 for a single local broker).
+
+    """
+    cluster: Any = await admin.describe_cluster()
+    brokers = len(cluster.get("brokers", []))
+    if brokers < replication_factor:
+        raise TopicLayoutError(
+            f"the Kafka cluster has {brokers} broker{'s' if brokers != 1 else ''} but the worker creates its "
+            f"topics with {replication_factor} replicas (replication_factor, default 3 for production): pass "
+            f"--replication-factor {brokers} (STREAM_DEDUPE_REPLICATION_FACTOR={brokers}) for a cluster this "
+            "small, e.g. --replication-factor 1 for a single local broker, or add brokers"
+        )
+
+
+def _alter(topic: str, setting: str) -> str:
+    return f"kafka-configs.sh --bootstrap-server <broker> --alter --entity-type topics --entity-name {topic} " + (
+        f"--add-config {setting}"
+    )
+
+
+def check_configs(specs: list[TopicSpec], configs: dict[str, dict[str, str]]) -> list[str]:
+    """Check existing topics' configurations; the warnings to log.
+
+    Refused (data would be lost or refused): a deduped or changelog topic that is not compacted or
+    also deletes by time; an index topic kept less than an hour; a ``max.message.bytes`` below the
+    largest record the worker writes. Warned: an index topic kept less than 7 days or limited by
+    size, deduped-topic tombstones kept less than 7 days, fewer replicas or ``min.insync.replicas``
+    than the worker would create.
+
+    Raises:
+        TopicLayoutError: naming the topic, the setting, its consequence and the command that fixes it.
+
+    """
+    warnings: list[str] = []
+    for spec in specs:
+        have = configs.get(spec.name, {})
+        name = spec.name
+        policy = {p.strip() for p in have.get("cleanup.policy", "delete").split(",")}
+        if spec.role in ("deduped", "changelog") and policy != {"compact"}:
+            consequence = (
+                "indexers replaying it would miss canonical documents"
+                if spec.role == "deduped"
+                else "a worker restoring its state from it would lose state"
+            )
+            raise TopicLayoutError(
+                f"topic {name!r} has cleanup.policy={have.get('cleanup.policy', 'delete')} but must be compacted "
+                f"only (cleanup.policy=compact): with deletion {consequence}. "
+                f"Fix: {_alter(name, 'cleanup.policy=compact')}"
+            )
+        if spec.role == "index":
+            retention = int(have.get("retention.ms", str(INDEX_RETENTION_MS)))
+            consequence = (
+                "a decide stage stopped (or behind) for longer than that skips the records deleted meanwhile: "
+                "their documents are never decided"
+            )
+            fix = _alter(name, f"retention.ms={INDEX_RETENTION_MS}")
+            if 0 <= retention < INDEX_RETENTION_FLOOR_MS:
+                raise TopicLayoutError(
+                    f"topic {name!r} keeps records {retention} ms (retention.ms): {consequence}. Fix: {fix}"
+                )
+            if 0 <= retention < INDEX_RETENTION_MS:
+                warnings.append(f"topic {name!r} keeps records only {retention / HOUR_MS:.1f} h: {consequence} ({fix})")
+            if int(have.get("retention.bytes", "-1")) >= 0:
+                warnings.append(
+                    f"topic {name!r} has retention.bytes={have['retention.bytes']}: {consequence} "
+                    f"({_alter(name, 'retention.bytes=-1')})"
+                )
+        if spec.role == "deduped":
+            kept = int(have.get("delete.retention.ms", str(DAY_MS)))
+            wanted = int(DEDUPED_CONFIG["delete.retention.ms"])
+            if 0 <= kept < wanted:
+                warnings.append(
+                    f"topic {name!r} keeps tombstones {kept / HOUR_MS:.0f} h after compaction (delete.retention.ms): "
+                    "an indexer replaying it or offline longer than that misses deletions and keeps stale "
+                    f"documents ({_alter(name, f'delete.retention.ms={wanted}')})"
+                )
+        limit = int(have.get("max.message.bytes", "1048588"))
+        fix = _alter(name, f"max.message.bytes={spec.max_message_bytes}")
+        if spec.required_message_bytes is not None and limit < spec.required_message_bytes:
+            raise TopicLayoutError(
+                f"topic {name!r} has max.message.bytes={limit}, below max_doc_bytes ({spec.required_message_bytes}): "
+                f"the broker would refuse the worker's records of valid documents. Fix: {fix}, or lower "
+                "STREAM_DEDUPE_MAX_DOC_BYTES / --max-doc-bytes"
+            )
+        if spec.max_message_bytes is not None and limit < spec.max_message_bytes:
+            warnings.append(
+                f"topic {name!r} has max.message.bytes={limit}: records of documents near max_doc_bytes (plus "
+                f"headers, up to {spec.max_message_bytes} bytes) would be refused by the broker ({fix})"
+            )
+        insync = int(have.get("min.insync.replicas", "1"))
+        wanted_insync = int(spec.config.get("min.insync.replicas", "1"))
+        if insync < wanted_insync:
+            warnings.append(
+                f"topic {name!r} has min.insync.replicas={insync}: an acknowledged record may live on one broker "
+                f"only ({_alter(name, f'min.insync.replicas={wanted_insync}')})"
+            )
+    return warnings
 
 
 async def _wait_visible(admin: AIOKafkaAdminClient, names: list[str], timeout: float = 30.0) -> None:
@@ -181,7 +343,7 @@ async def _wait_visible(admin: AIOKafkaAdminClient, names: list[str], timeout: f
 
 
 async def topic_configs(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, dict[str, str]]:
-    """The configuration entries of each topic (e.g. to check ``cleanup.policy``)."""
+    """The configuration entries of each topic (``describe_configs``: ``cleanup.policy``, ``retention.ms``...)."""
     resources = [ConfigResource(ConfigResourceType.TOPIC, n) for n in names]
     out: dict[str, dict[str, str]] = {}
     for response in await admin.describe_configs(resources):
@@ -204,10 +366,14 @@ async def prepare_input_topic(
 ) -> bool:
     """Create the input topic if missing (for ``produce``); True when it was created.
 
-    ``settings`` gives the client's security settings (None: PLAINTEXT).
+    ``settings`` gives the client's security settings and the replication factor (None: PLAINTEXT,
+    the replication factor of ``STREAM_DEDUPE_REPLICATION_FACTOR`` or the default).
     """
+    settings = settings or WorkerSettings.load(broker=bootstrap)
     admin = await connect_admin(bootstrap, wait, settings=settings)
+    rf = settings.replication_factor
+    config = {"min.insync.replicas": str(settings.min_insync_replicas)}
     try:
-        return bool(await ensure_topics(admin, [TopicSpec(topic, partitions, {})]))
+        return bool(await ensure_topics(admin, [TopicSpec(topic, partitions, config, replication_factor=rf)]))
     finally:
         await _close_quietly(admin)

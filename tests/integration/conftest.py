@@ -35,6 +35,9 @@ KAFKA_ENV = {
     "KAFKA_CONTROLLER_PORT": os.environ.get("SD_TEST_KAFKA_CONTROLLER_PORT", "19193"),
     "KAFKA_RUN_DIR": os.environ.get("SD_TEST_KAFKA_RUN_DIR", "/tmp/stream-dedupe-kafka-tests"),
 }
+# One broker: every topic the workers, `produce` and the helpers create has one replica (the
+# worker's default, 3, is refused on a single broker; tests/integration/test_worker_topics.py).
+os.environ.setdefault("STREAM_DEDUPE_REPLICATION_FACTOR", "1")
 
 
 

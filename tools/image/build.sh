@@ -168,7 +168,9 @@ fi
 t_build=$(date +%s)
 buildah inspect --type image "$TAG" > "$OUT/inspect.json"
 image_id=$(buildah images --noheading --no-trunc --format '{{.ID}}' "$TAG" | head -n 1)
-printf '%s\n' "tag=$TAG" "id=$image_id" "storage_conf=$CACHE/storage.conf" "storage=$STORAGE" "driver=$DRIVER" \
+# Uncompressed size of the image's layers (what `podman images` shows as SIZE), in bytes.
+image_bytes=$(podman image inspect --format '{{.Size}}' "$TAG")
+printf '%s\n' "tag=$TAG" "id=$image_id" "size_bytes=$image_bytes" "storage_conf=$CACHE/storage.conf" "storage=$STORAGE" "driver=$DRIVER" \
     "base=$BASE_TAG" "base_seconds=$((t_base - t0))" "build_seconds=$((t_build - t_base))" > "$OUT/image.txt"
 
 if [ "$VERIFY" = 1 ]; then
@@ -194,6 +196,9 @@ if [ "$VERIFY" = 1 ]; then
     inside sh -c 'touch "$STREAM_DEDUPE_STATE_DIR/.w" && rm "$STREAM_DEDUPE_STATE_DIR/.w" && echo writable' \
         > "$OUT/state-dir.txt" 2>&1 || true
     inside sh -c 'for c in gcc cc c++ g++ clang as ld make; do command -v "$c" || true; done' > "$OUT/compilers.txt"
+    # The runtime leaves out the `tools` extra: `tune` must say what to install (exit 2, one line).
+    inside sh -c 'stream-dedupe tune /opt/stream-dedupe/examples/crawl-sample.jsonl --out /tmp/tune 2>&1; echo "rc=$?"' \
+        > "$OUT/tune-without-tools.txt" || true
 
     # The HEALTHCHECK command as configured, against a stub /healthz on a free port, then with nothing listening.
     mapfile -d '' health < <(python3 -c '
