@@ -71,8 +71,19 @@ def worker(
     ] = None,
     boilerplate_min_docs: Annotated[
         int | None,
-        _opt("boilerplate_min_docs", "Learn lines seen in this many documents of a source (0: off) [default: off]."),
+        _opt(
+            "boilerplate_min_docs",
+            "Learn lines seen in this many documents of a source (0: off) [default: state's, else 100].",
+        ),
     ] = None,
+    source_thresholds: Annotated[
+        str | None,
+        _opt("source_thresholds", "Per-source thresholds SOURCE=T,SOURCE=T (1.0: exact only) [default: none]."),
+    ] = None,
+    title_guard: Annotated[
+        str | None, _opt("title_guard", "on/off: documents whose titles differ are never duplicates [default: on].")
+    ] = None,
+    verify: Annotated[str | None, _opt("verify", "Verification: exact or estimate [default: exact].")] = None,
     web_host: Annotated[str | None, _opt("web_host", "HTTP bind address [default: 127.0.0.1].")] = None,
     web_port: Annotated[
         int | None, _opt("web_port", "HTTP port for /metrics, /healthz, /readyz [default: 6066].")

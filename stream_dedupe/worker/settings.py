@@ -43,6 +43,10 @@ class WorkerSettings:
             The worker refuses to start when the cluster has fewer brokers (1 for a single local broker).
         state_dir: Faust data directory (RocksDB tables under ``v1/tables``).
         threshold: Jaccard threshold (None: the state's, else 0.8).
+        source_thresholds: Per-source thresholds, ``SOURCE=T,SOURCE=T`` (None: the state's, else none).
+        title_guard: ``on``/``off``: documents whose titles differ are never duplicates (None: the
+            state's, else on).
+        verify: ``exact`` or ``estimate`` verification (None: the state's, else exact).
         num_perm: MinHash permutations (None: the state's, else 128).
         shingle: Shingling ``word:K``/``char:K`` (None: the state's, else ``word:3``).
         boilerplate_min_docs: Learn boilerplate lines seen in this many documents of a source
@@ -100,6 +104,9 @@ class WorkerSettings:
     num_perm: int | None = None
     shingle: str | None = None
     boilerplate_min_docs: int | None = None
+    source_thresholds: str | None = None
+    title_guard: str | None = None
+    verify: str | None = None
     rocksdb_memory_mb: int = 256
     web_host: str = "127.0.0.1"
     web_port: int = 6066
@@ -129,6 +136,10 @@ class WorkerSettings:
     poison_retries: int = 3
 
     def __post_init__(self) -> None:
+        if self.title_guard not in (None, "on", "off"):
+            raise WorkerConfigError(f"title_guard must be 'on' or 'off', got {self.title_guard!r}")
+        if self.verify not in (None, "exact", "estimate"):
+            raise WorkerConfigError(f"verify must be 'exact' or 'estimate', got {self.verify!r}")
         if self.processing_guarantee not in GUARANTEES:
             raise WorkerConfigError(
                 f"processing_guarantee {self.processing_guarantee!r} is not supported: use at_least_once or "
@@ -245,6 +256,13 @@ class WorkerSettings:
             learn = self.boilerplate_min_docs > 0
             min_docs = self.boilerplate_min_docs
             given["boilerplate"] = BoilerplateConfig(True, min_docs) if learn else BoilerplateConfig(False)
+        if self.source_thresholds:
+            from stream_dedupe.options import source_thresholds
+
+            given["source_thresholds"] = source_thresholds([p for p in self.source_thresholds.split(",") if p])
+        if self.title_guard is not None:
+            given["title_guard"] = self.title_guard == "on"
+        given["verify"] = self.verify
         return {k: v for k, v in given.items() if v is not None}
 
     def params(self, stored: DedupeParams | None) -> DedupeParams:
@@ -256,7 +274,7 @@ class WorkerSettings:
         base = stored or DedupeParams()
         explicit = self.explicit_params()
         values = {f.name: getattr(base, f.name) for f in dataclasses.fields(DedupeParams)}
-        if "threshold" in explicit or "num_perm" in explicit:
+        if explicit.keys() & {"threshold", "num_perm", "source_thresholds"}:
             values.update(bands=0, rows=0)
         values.update(explicit)
         return DedupeParams(**values)
