@@ -20,9 +20,12 @@ from stream_dedupe.options import (
     MinLineTokensOpt,
     NumPermOpt,
     ShingleOpt,
+    SourceThresholdOpt,
     ThresholdOpt,
+    TitleGuardOpt,
     boilerplate_config,
     default_help,
+    source_thresholds,
 )
 
 #: eval and tune read whole corpora into memory: a long line is a long document, not an error.
@@ -102,6 +105,8 @@ def eval_command(
     learn_boilerplate: LearnOpt = None,
     boilerplate_min_docs: MinDocsOpt = None,
     boilerplate_min_tokens: MinLineTokensOpt = None,
+    source_threshold: SourceThresholdOpt = None,
+    title_guard: TitleGuardOpt = None,
     datasketch: Annotated[bool, typer.Option(help="Also run datasketch's MinHashLSH on the same shingles.")] = True,
     json_out: Annotated[
         bool, typer.Option("--json", help=default_help("Print the report as JSON instead of tables.", "off"))
@@ -122,6 +127,8 @@ def eval_command(
             "lsh_margin": lsh_margin,
             "shingle": shingle,
             "boilerplate": boilerplate_config(learn_boilerplate, boilerplate_min_docs, boilerplate_min_tokens),
+            "source_thresholds": source_thresholds(source_threshold),
+            "title_guard": title_guard,
         },
     )
     skipped.report(Console(stderr=True, soft_wrap=True))
@@ -199,10 +206,12 @@ def retrieval_eval_command(
     min_tokens: Annotated[int | None, typer.Option(help="Shorter documents: exact match only [default: 10].")] = None,
     lsh_margin: LshMarginOpt = None,
     estimate_margin: Annotated[float | None, typer.Option(help="--verify estimate margin [default: 0.01].")] = None,
-    verify: Annotated[str | None, typer.Option(help="Verification: estimate or exact [default: estimate].")] = None,
+    verify: Annotated[str | None, typer.Option(help="Verification: exact or estimate [default: exact].")] = None,
     learn_boilerplate: LearnOpt = None,
     boilerplate_min_docs: MinDocsOpt = None,
     boilerplate_min_tokens: MinLineTokensOpt = None,
+    source_threshold: SourceThresholdOpt = None,
+    title_guard: TitleGuardOpt = None,
     batch_size: Annotated[int, typer.Option(help="Documents per engine batch.")] = 512,
     show: Annotated[int, typer.Option(help="Lost queries listed in the table.")] = 10,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of tables.")] = False,
@@ -232,6 +241,8 @@ def retrieval_eval_command(
         "verify": verify,
         "shingle": shingle,
         "boilerplate": boilerplate_config(learn_boilerplate, boilerplate_min_docs, boilerplate_min_tokens),
+        "source_thresholds": source_thresholds(source_threshold),
+        "title_guard": title_guard,
     }
     params = _params(overrides)
     docs = load_corpus(corpus)
