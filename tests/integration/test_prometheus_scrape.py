@@ -128,10 +128,19 @@ def doc(i: int) -> bytes:
 
 
 def wave(first: int, n: int, copies: int, bad: list[bytes]) -> list[tuple[bytes | None, bytes | None]]:
+    """Originals first, then exact copies under ids that sort after theirs, then bad lines."""
     records: list[tuple[bytes | None, bytes | None]] = [(f"d{i}".encode(), doc(i)) for i in range(first, first + n)]
     for i in range(first, first + copies):
-        records.append((f"c{i}".encode(), orjson.dumps({**orjson.loads(doc(i)), "id": f"c{i}"})))
+        records.append((f"r{i}".encode(), orjson.dumps({**orjson.loads(doc(i)), "id": f"r{i}"})))
     return records + [(None, raw) for raw in bad]
+
+
+def produce_in_order(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes | None]], prom: Any,
+                     decided: str, before: int, n: int) -> None:
+    """Originals, then (once they are decided) the rest: a copy that arrives second is a duplicate-of."""
+    produce(bootstrap, topic, records[:n])
+    prom.wait_for(decided, lambda v: total(v) == before + n, "originals in Prometheus")
+    produce(bootstrap, topic, records[n:])
 
 
 def total(values: dict[str, float]) -> float:
@@ -150,10 +159,10 @@ def test_prometheus_scrapes_worker_and_loads_alert_rules(
 
     decided = f'stream_dedupe_documents_total{{job="{JOB}"}}'
     first = wave(0, 20, 4, [b"not json at all", b'{"text": "no id"}'])
-    produce(broker.bootstrap, names.input, first)
+    produce_in_order(broker.bootstrap, names.input, first, prom, decided, 0, 20)
     prom.wait_for(decided, lambda v: total(v) == len(first), "wave 1 in Prometheus")
     second = wave(20, 20, 5, [b'{"id": 5, "text": "the id must be a string"}', b"{broken"])
-    produce(broker.bootstrap, names.input, second)
+    produce_in_order(broker.bootstrap, names.input, second, prom, decided, len(first), 20)
     prom.wait_for(decided, lambda v: total(v) == len(first) + len(second), "wave 2 in Prometheus")
 
     by_outcome = {k.rpartition("outcome=")[2].split(",")[0]: v for k, v in prom.query(decided).items()}
