@@ -2,10 +2,10 @@
 
 Each option set is passed as one string of ``dedupe`` options (``""`` = defaults); both commands
 run in a fresh process with ``--json``. ``eval`` runs both verification modes itself: the row
-shows its ``verify=exact`` method when the options say ``--verify exact``, else ``estimate``.
+shows the method of the verification mode the options choose (the engine's default: exact).
 
     python bench/quality_matrix.py /tmp/templated.jsonl --label-field entity \\
-        --options "" "--learn-boilerplate" "--verify exact"
+        --options "" " --no-title-guard" "--no-title-guard --no-learn-boilerplate" "--verify estimate"
 
 Re-run it after an engine change to get the AFTER numbers of docs/quality.md.
 """
@@ -50,7 +50,9 @@ def _run(args: list[str]) -> dict[str, Any]:
 
 def _eval_options(options: list[str]) -> tuple[list[str], str]:
     """``eval`` runs both verification modes: drop ``--verify X`` and say which method to read."""
-    kept, mode, skip = [], "estimate", False
+    from stream_dedupe.config import DedupeParams
+
+    kept, mode, skip = [], DedupeParams().verify, False  # the engine's default (exact) unless told
     for i, opt in enumerate(options):
         if skip:
             skip = False
@@ -118,7 +120,9 @@ def row(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("corpus")
-    parser.add_argument("--options", nargs="*", default=["", "--learn-boilerplate", "--verify exact"])
+    parser.add_argument(
+        "--options", nargs="*", default=["", " --no-title-guard", "--no-title-guard --no-learn-boilerplate"]
+    )
     parser.add_argument("--label-field", default=None)
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--max-queries", type=int, default=2000)
