@@ -187,6 +187,7 @@ if [ "$VERIFY" = 1 ]; then
     inside stream-dedupe --help > "$OUT/help.txt" || die "'stream-dedupe --help' failed in the image"
     inside python -c 'import aiokafka, faust, rocksdict, stream_dedupe.worker.app; print("ok")' > "$OUT/imports.txt" \
         || die "the worker's modules (faust, aiokafka, rocksdict) do not import in the image"
+    inside mkdir -p /tmp/demo || die "cannot create /tmp/demo in the image"
     inside stream-dedupe dedupe /opt/stream-dedupe/examples/crawl-sample.jsonl --state /tmp/demo/state \
         --events /tmp/demo/events.jsonl --deduped /tmp/demo/deduped.jsonl --no-progress \
         > "$OUT/demo-summary.txt" 2>&1 || { cat "$OUT/demo-summary.txt" >&2; die "the demo failed in the image"; }
