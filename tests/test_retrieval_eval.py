@@ -279,3 +279,13 @@ def test_events_replay_follows_merges_canonical_changes_and_splits(tmp_path: Pat
     assert b'"cluster-split"' in events.read_bytes()
     from_state, from_events = both()
     assert from_state.representative == from_events.representative
+
+
+def test_quality_matrix_maps_verify_to_the_eval_method() -> None:
+    from bench.quality_matrix import _eval_options
+
+    assert _eval_options(["--verify", "exact", "--learn-boilerplate"]) == (["--learn-boilerplate"], "exact")
+    assert _eval_options(["--verify=estimate", "--estimate-margin", "0.02", "--threshold", "0.7"]) == (
+        ["--threshold", "0.7"],
+        "estimate",
+    )
