@@ -70,7 +70,7 @@ def _eval_options(options: list[str]) -> tuple[list[str], str]:
 
 def row(
     corpus: str, options: str, label_field: str | None, k: int, max_queries: int, with_eval: bool, extra: str = ""
-) -> list[str]:
+) -> tuple[list[str], dict[str, Any] | None]:
     opts = shlex.split(options)
     started = time.perf_counter()
     label = ["--label-field", label_field] if label_field else []
@@ -114,7 +114,7 @@ def row(
         ]
     else:
         cells += ["-"] * 4
-    return [*cells, f"{time.perf_counter() - started:.0f}"]
+    return [*cells, f"{time.perf_counter() - started:.0f}"], r.get("ideal")
 
 
 def main() -> None:
@@ -132,11 +132,18 @@ def main() -> None:
     header = [c.replace("@k", f"@{args.k}") for c in COLUMNS]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
+    ideal = None
     for options in args.options:
-        cells = row(
+        cells, ideal = row(
             args.corpus, options, args.label_field, args.k, args.max_queries, not args.no_eval, args.retrieval_args
         )
         print("| " + " | ".join(cells) + " |", flush=True)
+    if ideal is not None:
+        print(
+            f"\nideal index (one document per label, {ideal['documents']:,} documents): "
+            f"Success@{args.k} {ideal['success']:.3f}, recall@{args.k} {ideal['recall']:.3f}, "
+            f"redundancy@{args.k} {ideal['redundancy']:.3f}"
+        )
 
 
 if __name__ == "__main__":

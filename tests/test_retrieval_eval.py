@@ -207,3 +207,85 @@ def test_query_files(tmp_path: Path) -> None:
     bad = _write(tmp_path / "bad.jsonl", [{"query": "no id"}])
     out = _cli(_write(tmp_path / "c.jsonl", _corpus()), "--queries", bad)
     assert out.returncode == 2 and b"query_id" in out.stderr
+
+
+def test_events_replay_follows_merges_canonical_changes_and_splits(tmp_path: Path) -> None:
+    rng = random.Random(3)
+    seq = text(rng, 300).split()
+    rows = [
+        {"id": "x", "text": " ".join(seq[0:200])},
+        {"id": "z", "text": " ".join(seq[40:240])},
+        {"id": "y", "text": " ".join(seq[20:220])},  # links x and z: their clusters merge
+        {"id": "w", "text": " ".join(seq[20:220] + seq[240:250])},  # longer: the new canonical
+        {"id": "u", "text": text(rng, 150)},
+    ]
+    corpus = _write(tmp_path / "c.jsonl", rows)
+    deletions = tmp_path / "del.txt"
+    deletions.write_text("y\nw\n")  # the bridge leaves: the cluster splits
+    state, events = tmp_path / "state", tmp_path / "events.jsonl"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "stream_dedupe",
+            "dedupe",
+            corpus,
+            "--state",
+            str(state),
+            "--events",
+            str(events),
+            "--verify",
+            "exact",
+            "--batch-size",
+            "1",
+            "--no-progress",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    kinds = {orjson.loads(line)["event"] for line in events.read_bytes().splitlines()}
+    assert {"clusters-merged", "canonical-changed"} <= kinds
+    from stream_dedupe.storage.rocks import RocksStore
+
+    def both() -> tuple[DedupResult, DedupResult]:
+        store = RocksStore(state)
+        try:
+            return DedupResult.from_store(store), DedupResult.from_events_file(str(events))
+        finally:
+            store.close()
+
+    from_state, from_events = both()
+    assert from_state.representative == from_events.representative and len(from_state.representative) == 3
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "stream_dedupe",
+            "dedupe",
+            corpus,
+            "--state",
+            str(state),
+            "--events",
+            str(events),
+            "--deletions",
+            str(deletions),
+            "--no-progress",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    assert b'"cluster-split"' in events.read_bytes()
+    from_state, from_events = both()
+    assert from_state.representative == from_events.representative
+
+
+def test_quality_matrix_maps_verify_to_the_eval_method() -> None:
+    from bench.quality_matrix import _eval_options
+
+    assert _eval_options(["--verify", "exact", "--learn-boilerplate"]) == (["--learn-boilerplate"], "exact")
+    assert _eval_options(["--verify=estimate", "--estimate-margin", "0.02", "--threshold", "0.7"]) == (
+        ["--threshold", "0.7"],
+        "estimate",
+    )

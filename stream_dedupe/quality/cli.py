@@ -174,7 +174,9 @@ def tune(
 
 def retrieval_eval_command(
     corpus: CorpusArg,
-    queries: Annotated[str | None, typer.Option(help='JSONL queries {"query_id", "query", "relevant": [ids]}.')] = None,
+    queries: Annotated[
+        str | None, typer.Option(help='JSONL queries {"query_id", "query", "relevant": \\[ids]}.')
+    ] = None,
     topics: Annotated[
         str | None, typer.Option(help="TREC topics (<top> blocks or qid<TAB>query), with --qrels.")
     ] = None,
@@ -182,7 +184,7 @@ def retrieval_eval_command(
         str | None, typer.Option(help="TREC qrels (qid iteration docid relevance), with --topics.")
     ] = None,
     query_field: Annotated[
-        str | None, typer.Option(help="Known-item query from this field [default: query, else title, else line 1].")
+        str | None, typer.Option(help="Known-item query from this field (else: query, title, first line).")
     ] = None,
     query_pattern: Annotated[
         str | None, typer.Option(help="Known-item query: first match of this regex in the text (group 1).")

@@ -128,11 +128,6 @@ class DedupResult:
                 f"{path} is not an events file ({exc}): write one with `stream-dedupe dedupe ... --events FILE`"
             ) from exc
 
-        def resolve(label: str) -> str:
-            while label in renamed:
-                label = renamed[label]
-            return label
-
         # a cluster's label changes without an event when a smaller id joins it: place covered
         # documents with their representative (cover-changed events keep those exact)
         for doc_id, rep in doc_rep.items():
@@ -140,7 +135,7 @@ class DedupResult:
                 doc_cluster[doc_id] = doc_cluster[rep]
         members: dict[str, list[str]] = defaultdict(list)
         for doc_id, label in doc_cluster.items():
-            members[resolve(label)].append(doc_id)
+            members[_resolve(renamed, label)].append(doc_id)
         records = []
         for label, ids in members.items():
             if len(ids) < 2:
@@ -148,6 +143,14 @@ class DedupResult:
             reps = {d: doc_rep[d] for d in ids if d in doc_rep}
             records.append({"cluster": label, "canonical": canonical[label], "members": ids, "representatives": reps})
         return cls.from_clusters(records)
+
+
+def _resolve(renamed: dict[str, str], label: str) -> str:
+    seen = {label}
+    while label in renamed and renamed[label] not in seen:
+        label = renamed[label]
+        seen.add(label)
+    return label
 
 
 def _replay(
@@ -161,6 +164,12 @@ def _replay(
     if kind in DOCUMENT_EVENTS and kind not in ("deleted", "invalid"):
         doc_id, label = str(event["id"]), str(event["cluster"])
         renamed.pop(label, None)
+        of = event.get("of")
+        if of is not None and str(of) in doc_cluster:
+            # the cluster the document joined may carry a new label now (one cluster: no merge event)
+            old = _resolve(renamed, doc_cluster[str(of)])
+            if old != label:
+                renamed[old] = label
         doc_cluster[doc_id] = label
         canonical[label] = str(event["canonical"])
         if "representative" in event:
