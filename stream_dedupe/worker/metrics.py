@@ -205,7 +205,8 @@ async def refresh_gauges(app: Any, rt: Any) -> None:
         m.state_documents.set(docs)
         merged_away, largest = 0, 1 if docs else 0
         view = StateView(rt.store)  # not the engine's overlay: a batch may be between process and commit
-        for i, (key, _) in enumerate(rt.store.items("clusters")):
+        scan = getattr(rt.store, "scan", rt.store.items)  # lazily, unsorted: never block the loop
+        for i, (key, _) in enumerate(scan("clusters")):
             if i % 256 == 255:
                 await asyncio.sleep(0)  # a scan of the whole state: let the pipeline run meanwhile
             info = view.get_cluster(key.decode("utf-8"))

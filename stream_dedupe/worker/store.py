@@ -389,6 +389,14 @@ class FaustTableStore:
         """See :class:`~stream_dedupe.storage.base.KVStore`."""
         yield from sorted(self._tables[namespace].items())
 
+    def scan(self, namespace: str) -> Iterator[tuple[bytes, bytes]]:
+        """All pairs of a namespace in the store's own order, read lazily (no sort, no copy).
+
+        For periodic statistics: :meth:`items` sorts the whole table first, which blocked the
+        event loop for seconds at a few hundred thousand documents (heartbeats expired).
+        """
+        yield from self._tables[namespace].items()
+
     def count(self, namespace: str) -> int:
         """See :class:`~stream_dedupe.storage.base.KVStore` (a scan of the local store)."""
         return len(self._tables[namespace])

@@ -179,7 +179,9 @@ def test_prometheus_scrapes_worker_and_loads_alert_rules(
         "a latency quantile",
     )
     assert 0 < total(p99) <= 60
-    assert total(prom.query(f'sum(rate(stream_dedupe_documents_total{{job="{JOB}",outcome="duplicate"}}[1m]))')) > 0
+    # the duplicate series starts at its first value: wait until a scrape has seen it grow
+    dup_rate = f'sum(rate(stream_dedupe_documents_total{{job="{JOB}",outcome="duplicate"}}[5m]))'
+    assert total(prom.wait_for(dup_rate, lambda v: total(v) > 0, "a duplicate rate")) > 0
 
     # the alert rules loaded, were evaluated without error; the recording rule has a duplicate share
     expected = re.findall(r"^\s*- (?:alert|record): (\S+)$", ALERTS.read_text(), flags=re.MULTILINE)
@@ -196,7 +198,9 @@ def test_prometheus_scrapes_worker_and_loads_alert_rules(
         rules = all_evaluated()
     assert [r["name"] for r in rules] == expected
     assert all(r["health"] == "ok" and not r.get("lastError") for r in rules), rules
-    share = prom.wait_for("stream_dedupe:duplicate_rate:1h", lambda v: len(v) == 1, "the recording rule")
+    share = prom.wait_for(
+        "stream_dedupe:duplicate_rate:1h", lambda v: len(v) == 1 and total(v) > 0, "the recording rule over both waves"
+    )
     assert 0 < total(share) < 1
     firing = [a["labels"]["alertname"] for a in prom.get("/api/v1/alerts")["data"]["alerts"]]
     assert "StreamDedupeWorkerDown" not in firing

@@ -113,7 +113,10 @@ def test_end_to_end_matches_embedded_engine(broker: Broker, names: Names, worker
     assert events == expected_events
     state = worker_state(w.state_dir)
     assert cluster_sets(state) == cluster_sets(expected_store)
-    assert sum(1 for e in events if e["event"] == "duplicate-of") > 500
+    # (how many arrive as duplicate-of depends on the arrival order; how many end up covered does not)
+    from stream_dedupe.storage.state import DocRecord
+
+    assert sum(1 for _, raw in expected_store.items("docs") if DocRecord.decode(raw).covered_by) > 500
 
     # Replaying the compacted deduped topic from the start yields exactly the canonical set.
     deduped = replay_compacted(consume(broker.bootstrap, names.deduped))
