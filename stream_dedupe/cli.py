@@ -215,7 +215,7 @@ def clusters(
     output: Annotated[str, typer.Option("--output", "-o", help="Write JSONL here (- for stdout).")] = "-",
     min_size: Annotated[int, typer.Option(help="Smallest cluster to export (1 includes singletons).")] = 2,
 ) -> None:
-    """Export clusters as JSONL: {"cluster", "canonical", "size", "members"}."""
+    """Export clusters as JSONL: {"cluster", "canonical", "size", "members", "representatives", "covered_by"}."""
     import orjson
 
     from stream_dedupe.exports import iter_clusters
