@@ -146,27 +146,17 @@ def test_cli_reads_clusters_and_reports_the_lost_query(tmp_path: Path) -> None:
     assert table.returncode == 0 and b"queries lost: 1" in table.stdout and b"t2" in table.stdout
 
 
+
+def _dedupe(corpus: str, *args: str) -> None:
+    """Run ``stream-dedupe dedupe CORPUS ARGS...`` in a fresh process."""
+    subprocess.run([sys.executable, "-m", "stream_dedupe", "dedupe", corpus, *args], check=True, capture_output=True,
+                   timeout=300)
+
 def test_events_and_state_give_the_same_result(tmp_path: Path) -> None:
     rows = [{k: v for k, v in d.items() if k != "entity"} for d in _corpus()]
     corpus = _write(tmp_path / "c.jsonl", rows)
     state, events = tmp_path / "state", tmp_path / "events.jsonl"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "stream_dedupe",
-            "dedupe",
-            corpus,
-            "--state",
-            str(state),
-            "--events",
-            str(events),
-            "--no-progress",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    _dedupe(corpus, "--state", str(state), "--events", str(events), "--no-progress")
     from stream_dedupe.storage.rocks import RocksStore
 
     store = RocksStore(state)
@@ -223,27 +213,7 @@ def test_events_replay_follows_merges_canonical_changes_and_splits(tmp_path: Pat
     deletions = tmp_path / "del.txt"
     deletions.write_text("y\nw\n")  # the bridge leaves: the cluster splits
     state, events = tmp_path / "state", tmp_path / "events.jsonl"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "stream_dedupe",
-            "dedupe",
-            corpus,
-            "--state",
-            str(state),
-            "--events",
-            str(events),
-            "--verify",
-            "exact",
-            "--batch-size",
-            "1",
-            "--no-progress",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    _dedupe(corpus, "--state", str(state), "--events", str(events), "--batch-size", "1", "--no-progress")
     kinds = {orjson.loads(line)["event"] for line in events.read_bytes().splitlines()}
     assert {"clusters-merged", "canonical-changed"} <= kinds
     from stream_dedupe.storage.rocks import RocksStore
@@ -258,25 +228,7 @@ def test_events_replay_follows_merges_canonical_changes_and_splits(tmp_path: Pat
     from_state, from_events = both()
     # y is covered by w (a superset of it); x and z are not near-duplicates of w: both stay indexed
     assert from_state.representative == from_events.representative and len(from_state.representative) == 1
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "stream_dedupe",
-            "dedupe",
-            corpus,
-            "--state",
-            str(state),
-            "--events",
-            str(events),
-            "--deletions",
-            str(deletions),
-            "--no-progress",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    _dedupe(corpus, "--state", str(state), "--events", str(events), "--deletions", str(deletions), "--no-progress")
     assert b'"cluster-split"' in events.read_bytes()
     from_state, from_events = both()
     assert from_state.representative == from_events.representative
