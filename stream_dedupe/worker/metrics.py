@@ -153,7 +153,7 @@ class WorkerMetrics:
         )
         self.query_rejections = PromCounter(
             "stream_dedupe_query_rejections",
-            "POST /query requests refused, by HTTP status (400, 401, 413, 503).",
+            "POST /query requests refused, by HTTP status (400, 401, 408, 413, 503).",
             ["status"],
             registry=r,
         )

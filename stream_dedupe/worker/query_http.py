@@ -6,8 +6,8 @@ Off by default; ``query_bind`` (``--query-bind HOST:PORT``) turns it on, on a po
 - ``Authorization: Bearer <token>`` when ``query_token_file`` is set (constant-time comparison;
   401 without it or with another token);
 - a body larger than ``max_doc_bytes`` is refused with 413 before it is parsed (by its
-  ``Content-Length``, else while it is read); more than ``query_max_inflight`` requests at once:
-  503;
+  ``Content-Length``, else while it is read), one that does not arrive within ``query_timeout``
+  seconds with 408; more than ``query_max_inflight`` requests at once: 503;
 - the body is one document ``{"text", "title"?, "source"?, "id"?, "updated_at"?}`` (``url`` and
   ``metadata`` are accepted and ignored) or a JSON list of at most ``query_max_docs`` of them;
   anything else is 400 with a message saying what to send;
@@ -173,7 +173,13 @@ class QueryServer:
 
     async def _answer(self, request: web.Request) -> tuple[bytes, dict[str, str]]:
         self._authorize(request)
-        body = await self._read(request)
+        try:
+            async with asyncio.timeout(self.rt.settings.query_timeout):  # a stalled client frees its slot
+                body = await self._read(request)
+        except TimeoutError:
+            raise QueryRejected(
+                408, f"the body did not arrive within query_timeout ({self.rt.settings.query_timeout}s): send it whole"
+            ) from None
         docs, ids, single = parse_body(body, self.rt.settings.query_max_docs)
         rt = self.rt
         if not self.deciding():

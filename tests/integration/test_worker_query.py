@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -119,7 +120,8 @@ def test_query_answers_the_would_be_decision_and_writes_nothing(
     token_file.write_text(TOKEN + "\n")
     port = free_port()
     extra = ["--query-bind", f"127.0.0.1:{port}", "--query-token-file", str(token_file)]
-    extra += ["--max-doc-bytes", str(MAX_DOC_BYTES), "--query-max-docs", "5"]
+    extra += ["--max-doc-bytes", str(MAX_DOC_BYTES), "--query-max-docs", "5", "--query-max-inflight", "2"]
+    extra += ["--query-timeout", "3"]
     w = workers(extra=extra).start()
     w.wait_ready()
     docs, copy = corpus(30)
@@ -177,6 +179,15 @@ def test_query_answers_the_would_be_decision_and_writes_nothing(
     status, body, _ = post(port, orjson.dumps([{"text": "x"}] * 6))
     assert status == 400 and "at most 5" in body["error"]
 
+    stalled = [stalled_request(port) for _ in range(2)]  # both slots held by clients that stop mid-body
+    status, body, _ = post(port, orjson.dumps(asked[0]))
+    assert status == 503 and "query_max_inflight" in body["error"]
+    for sock in stalled:  # freed after query_timeout
+        with sock:
+            sock.settimeout(10)
+            assert sock.recv(4096).startswith(b"HTTP/1.1 408")
+    assert post(port, orjson.dumps(asked[0]))[0] == 200
+
     time.sleep(2.0)  # anything a query had sent would be there by now
     assert end_offsets(broker.bootstrap, topics) == before  # no event, no changelog record, no output
 
@@ -203,3 +214,37 @@ def test_query_answers_the_would_be_decision_and_writes_nothing(
     assert 'stream_dedupe_query_rejections_total{status="401"} 2.0' in metrics
     assert 'stream_dedupe_query_rejections_total{status="413"} 1.0' in metrics
     assert 'stream_dedupe_query_rejections_total{status="400"} 4.0' in metrics
+    assert 'stream_dedupe_query_rejections_total{status="408"} 2.0' in metrics
+    assert 'stream_dedupe_query_rejections_total{status="503"} 1.0' in metrics
+
+
+def stalled_request(port: int) -> socket.socket:
+    """A connection that sends the headers and the start of the body of a query, then nothing."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    head = f"POST /query HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n"
+    sock.sendall(f"{head}Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{".encode())
+    time.sleep(0.3)  # the server has read the headers: the request holds its slot
+    return sock
+
+
+def test_only_the_deciding_worker_answers(broker: Broker, workers: Any, tmp_path: Path) -> None:
+    ports = [free_port(), free_port()]
+    started = []
+    for i, port in enumerate(ports):
+        extra = ["--query-bind", f"127.0.0.1:{port}"]
+        started.append(workers(state_dir=tmp_path / f"state{i}", extra=extra).start())
+    for w in started:
+        w.wait_ready()
+    deadline = time.monotonic() + 60
+    while True:
+        answers = [post(port, orjson.dumps({"text": "is this a copy"}), token=None) for port in ports]
+        roles = [orjson.loads(w.get("/readyz")[1])["role"] for w in started]
+        if sorted(a[0] for a in answers) == [200, 503] and sorted(roles) == ["decide", "sign"]:
+            break
+        assert time.monotonic() < deadline, (answers, roles)
+        time.sleep(0.5)
+    for (status, body, _), role in zip(answers, roles, strict=True):
+        if role == "decide":
+            assert status == 200 and body["decision"]["kind"] == "new"
+        else:
+            assert status == 503 and body["role"] == "sign" and '"role": "decide"' in body["error"]
