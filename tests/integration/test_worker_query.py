@@ -111,6 +111,7 @@ def test_query_endpoint_is_off_by_default(broker: Broker, workers: Any) -> None:
     except urllib.error.HTTPError as exc:
         assert exc.code == 404
     assert b"stream_dedupe_query_seconds_count 0.0" in w.get("/metrics")[1]
+    assert w.stop() == 0
 
 
 def test_query_answers_the_would_be_decision_and_writes_nothing(
@@ -216,6 +217,8 @@ def test_query_answers_the_would_be_decision_and_writes_nothing(
     assert 'stream_dedupe_query_rejections_total{status="400"} 4.0' in metrics
     assert 'stream_dedupe_query_rejections_total{status="408"} 2.0' in metrics
     assert 'stream_dedupe_query_rejections_total{status="503"} 1.0' in metrics
+    assert w.stop() == 0  # SIGTERM closes the query port with the rest
+    assert "Traceback" not in w.log()
 
 
 def stalled_request(port: int) -> socket.socket:
