@@ -128,7 +128,6 @@ class QueryServer:
         self.limit = s.max_doc_bytes
         self.inflight = 0
         self.sock = _bind(*address)  # now: a port in use stops the worker before it joins the group
-        self._runner: web.AppRunner | None = None
 
     async def serve(self) -> None:
         """Answer queries until cancelled (an ``app.task`` of the worker), then close the port."""
@@ -138,7 +137,6 @@ class QueryServer:
         app.router.add_post("/query", self.handle)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        self._runner = runner
         try:
             await web.SockSite(runner, self.sock).start()
             host, port = self.address
@@ -159,6 +157,13 @@ class QueryServer:
             self.inflight += 1
             try:
                 body, headers = await self._answer(request)
+            except QueryRejected:
+                raise
+            except Exception as exc:  # a bug, not the client's fault: say so, keep serving
+                log.exception("POST /query failed")
+                raise QueryRejected(
+                    500, f"the query failed ({type(exc).__name__}: {exc}); see the worker's log"
+                ) from exc
             finally:
                 self.inflight -= 1
         except QueryRejected as exc:
