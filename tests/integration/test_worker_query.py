@@ -11,6 +11,7 @@ or fields 400; the latency histogram and the answer counters are on ``/metrics``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import socket
@@ -35,6 +36,7 @@ from tests.integration.conftest import (
     free_port,
     n_document_events,
     produce,
+    run_cli,
 )
 
 TOKEN = "s3cret-query-token"
@@ -124,6 +126,14 @@ def test_query_answers_the_would_be_decision_and_writes_nothing(
     extra += ["--max-doc-bytes", str(MAX_DOC_BYTES), "--query-max-docs", "5", "--query-max-inflight", "2"]
     extra += ["--query-timeout", "3"]
     w = workers(extra=extra).start()
+    early = []  # before the engine is built (recovery, group join): 503, never an answer from no state
+    deadline = time.monotonic() + 60
+    while not early or early[-1][0] != 200:
+        assert time.monotonic() < deadline, (early[-5:], w.log()[-3000:])
+        with contextlib.suppress(OSError):  # the port opens once the Faust app starts
+            early.append(post(port, orjson.dumps({"text": "warm"}))[:2])
+        time.sleep(0.1)
+    assert all(status == 503 and "retry" in body["error"] for status, body in early[:-1]), early
     w.wait_ready()
     docs, copy = corpus(30)
     produce(broker.bootstrap, names.input, [(d["id"].encode(), orjson.dumps(d)) for d in docs])
@@ -216,7 +226,7 @@ def test_query_answers_the_would_be_decision_and_writes_nothing(
     assert 'stream_dedupe_query_rejections_total{status="413"} 1.0' in metrics
     assert 'stream_dedupe_query_rejections_total{status="400"} 4.0' in metrics
     assert 'stream_dedupe_query_rejections_total{status="408"} 2.0' in metrics
-    assert 'stream_dedupe_query_rejections_total{status="503"} 1.0' in metrics
+    assert f'stream_dedupe_query_rejections_total{{status="503"}} {len(early):.1f}' in metrics  # early + in-flight
     assert w.stop() == 0  # SIGTERM closes the query port with the rest
     assert "Traceback" not in w.log()
 
@@ -251,3 +261,21 @@ def test_only_the_deciding_worker_answers(broker: Broker, workers: Any, tmp_path
             assert status == 200 and body["decision"]["kind"] == "new"
         else:
             assert status == 503 and body["role"] == "sign" and '"role": "decide"' in body["error"]
+
+
+def test_a_query_port_in_use_stops_the_worker_at_start(broker: Broker, names: Names, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        n = names
+        proc = run_cli(
+            *("worker", "--broker", broker.bootstrap, "--app-id", n.app_id, "--input-topic", n.input),
+            *("--events-topic", n.events, "--deduped-topic", n.deduped, "--dlq-topic", n.dlq),
+            *("--state-dir", str(tmp_path / "state"), "--web-port", str(free_port())),
+            *("--query-bind", f"127.0.0.1:{port}"),
+            timeout=90,
+        )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"error: the query endpoint cannot listen on 127.0.0.1:{port} (Address already in use)" in proc.stderr
+    assert "free the port or fix STREAM_DEDUPE_QUERY_BIND / --query-bind" in proc.stderr
