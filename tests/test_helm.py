@@ -39,7 +39,7 @@ STATE_DIR = "/var/lib/stream-dedupe"
 # WorkerSettings fields that the chart sets itself (mounts, ports, Kafka security values).
 CHART_OWNED = {
     "state_dir", "web_host", "web_port", "security_protocol", "sasl_mechanism", "sasl_username",
-    "sasl_password_file", "ssl_cafile", "ssl_certfile", "ssl_keyfile",
+    "sasl_password_file", "ssl_cafile", "ssl_certfile", "ssl_keyfile", "query_bind", "query_token_file",
 }
 NEVER_RENDERED = {"sasl_password"}  # only ever from a mounted Secret file (sasl_password_file)
 

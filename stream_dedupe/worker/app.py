@@ -209,6 +209,11 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
         return web.json(body, status=200 if ready else 503)
 
     faust_compat.restrict_web(app, WEB_PATHS)
+    if s.query_bind is not None:  # off by default; its own port (stream_dedupe.worker.query_http)
+        from stream_dedupe.worker.query_http import QueryServer
+
+        queries = QueryServer(rt, lambda: _ready(app, rt) and owns_index(app, rt) and rt.engine is not None)
+        app.task(queries.serve)
     return WorkerApp(app, rt, tables)
 
 

@@ -130,6 +130,21 @@ def worker(
     poison_retries: Annotated[
         int | None, _opt("poison_retries", "Failures of one record before it is dead-lettered [default: 3].")
     ] = None,
+    query_bind: Annotated[
+        str | None, _opt("query_bind", "HOST:PORT (or PORT) of the read-only POST /query endpoint [default: off].")
+    ] = None,
+    query_token_file: Annotated[
+        Path | None, _opt("query_token_file", "File holding the bearer token POST /query requires [default: none].")
+    ] = None,
+    query_max_docs: Annotated[
+        int | None, _opt("query_max_docs", "Most documents in one POST /query request [default: 100].")
+    ] = None,
+    query_max_inflight: Annotated[
+        int | None, _opt("query_max_inflight", "Query requests at once; more get 503 [default: 16].")
+    ] = None,
+    query_timeout: Annotated[
+        float | None, _opt("query_timeout", "Seconds a query may wait for the batch in progress [default: 5].")
+    ] = None,
 ) -> None:
     """Run the Kafka worker: dedupe the input topic into events, a compacted canonical topic and a DLQ."""
     flags = {k: v for k, v in locals().items()}

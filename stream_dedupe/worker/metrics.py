@@ -20,6 +20,8 @@ from prometheus_client import Counter as PromCounter
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 CANDIDATE_BUCKETS = (0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0, 50.0, 100.0)
 CONTENT_TYPE = "text/plain; version=0.0.4"
+#: ``POST /query`` latency buckets in seconds (request received -> answer ready).
+QUERY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 _OUTCOMES = {"new": "new", "duplicate-of": "duplicate", "unchanged": "unchanged", "deleted": "deleted"}
 
@@ -135,6 +137,24 @@ class WorkerMetrics:
         self.broker_last_contact = Gauge(
             "stream_dedupe_broker_last_contact_seconds",
             "Seconds since a client of this worker last had a connection to a broker.",
+            registry=r,
+        )
+        self.query_seconds = Histogram(
+            "stream_dedupe_query_seconds",
+            "POST /query: seconds from the request to its answer (waiting for the batch in progress included).",
+            buckets=QUERY_BUCKETS,
+            registry=r,
+        )
+        self.query_answers = PromCounter(
+            "stream_dedupe_query_answers",
+            "Documents answered by POST /query, by would-be decision (new, duplicate-of, unchanged, invalid).",
+            ["decision"],
+            registry=r,
+        )
+        self.query_rejections = PromCounter(
+            "stream_dedupe_query_rejections",
+            "POST /query requests refused, by HTTP status (400, 401, 408, 413, 503).",
+            ["status"],
             registry=r,
         )
         self._last: Counter[str] = Counter()

@@ -17,6 +17,7 @@ from typing import Any
 from stream_dedupe.config import BoilerplateConfig, DedupeParams, RuntimeLimits, ShingleSpec
 from stream_dedupe.core.records import ParseLimits
 from stream_dedupe.worker.errors import WorkerConfigError
+from stream_dedupe.worker.query_config import check_query, parse_bind
 from stream_dedupe.worker.security import PATH_SETTINGS, check_security, client_security, faust_credentials
 
 ENV_PREFIX = "STREAM_DEDUPE_"
@@ -88,6 +89,14 @@ class WorkerSettings:
             (plus its size and SHA-256, and where it is in the input topic).
         poison_retries: A record whose processing fails this many times in a row (an error that is
             not a broker outage) is dead-lettered as ``unprocessable`` instead of stopping the worker.
+        query_bind: ``HOST:PORT`` (or ``PORT``: host ``127.0.0.1``) of the read-only ``POST /query``
+            endpoint (:mod:`stream_dedupe.worker.query_http`); None (the default): off. Never the
+            web (metrics) port.
+        query_token_file: File holding the bearer token ``POST /query`` requires (a mounted
+            secret; one trailing newline is ignored); None: no token.
+        query_max_docs: Most documents one ``POST /query`` request may carry (a JSON list).
+        query_max_inflight: Requests answered or waiting at once; more are refused with 503.
+        query_timeout: Seconds a request may wait for the decide stage to finish its batch; 503 past it.
 
     """
 
@@ -134,6 +143,11 @@ class WorkerSettings:
     max_metadata_fields: int = 1000
     dlq_max_payload_bytes: int = 64 << 10
     poison_retries: int = 3
+    query_bind: str | None = None
+    query_token_file: Path | None = None
+    query_max_docs: int = 100
+    query_max_inflight: int = 16
+    query_timeout: float = 5.0
 
     def __post_init__(self) -> None:
         if self.title_guard not in (None, "on", "off"):
@@ -185,6 +199,19 @@ class WorkerSettings:
         if self.shingle is not None:
             ShingleSpec.parse(self.shingle)
         check_security(self)  # protocol, mechanism, credentials, secret and certificate files
+        check_query(self)  # address, token file, bounds
+
+    @property
+    def query_address(self) -> tuple[str, int] | None:
+        """``(host, port)`` of the query endpoint (None: off).
+
+        Raises:
+            WorkerConfigError: if ``query_bind`` is not ``HOST:PORT``, ``[IPv6]:PORT`` or ``PORT``.
+
+        """
+        if self.query_bind is None:
+            return None
+        return parse_bind(self.query_bind)
 
     @property
     def exactly_once(self) -> bool:
@@ -298,7 +325,7 @@ class WorkerSettings:
         unknown = set(flags) - {f.name for f in fields(cls)}
         if unknown:
             raise WorkerConfigError(f"unknown worker settings: {sorted(unknown)}")
-        for name in ("state_dir", *PATH_SETTINGS):
+        for name in ("state_dir", "query_token_file", *PATH_SETTINGS):
             if name in values:
                 values[name] = Path(values[name])
         try:

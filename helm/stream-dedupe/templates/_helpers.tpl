@@ -110,4 +110,10 @@ print 1048576 as 1.048576e+06: whole numbers are printed as integers.
 {{- if and $tls.certKey (not $tls.existingSecret) }}
 {{- fail "kafka.tls.certKey is set: also set kafka.tls.existingSecret to the Secret that holds the client certificate" }}
 {{- end }}
+{{- if and .Values.query.enabled (eq (int64 .Values.query.port) (int64 .Values.webPort)) }}
+{{- fail (printf "query.port (%v) is webPort: give the query endpoint a port of its own (scraping and querying are exposed apart)" .Values.query.port) }}
+{{- end }}
+{{- if and .Values.query.tokenSecret.name (not .Values.query.enabled) }}
+{{- fail "query.tokenSecret.name is set but query.enabled is false: set query.enabled=true, or remove the token Secret" }}
+{{- end }}
 {{- end }}
