@@ -19,6 +19,7 @@ from stream_dedupe.core.boilerplate import BoilerplateLearner
 from stream_dedupe.core.canonical import CanonicalKey
 from stream_dedupe.core.cover import CoverChange, StateCoverGraph, later_neighbours, update_cover
 from stream_dedupe.core.detach import detach
+from stream_dedupe.core.fastpath import classify, decide_new
 from stream_dedupe.core.records import Deletion, Document, Invalid, Record, parse_document
 from stream_dedupe.core.signer import Signed, Signer
 from stream_dedupe.core.unionfind import ClusterInfo, UnionFind
@@ -111,9 +112,19 @@ class DedupeEngine:
                 docs.append(record)
                 presigned.append(signed[i] if signed is not None else None)
         prepared = self.preparer.prepare(docs, presigned, self.lsh)
+        fast = classify(records, prepared, self.state, self.lsh)
         out: list[ev.Event] = []
-        it = iter(prepared)
+        run: list[Prepared] = []  # consecutive fast documents, decided together before the next record
+        k = 0
         for i, record in enumerate(records):
+            if isinstance(record, Document):
+                k += 1
+                if fast[k - 1]:
+                    run.append(prepared[k - 1])
+                    continue
+            if run:
+                out.extend(decide_new(run, self.state, self.lsh, self.counters))
+                run = []
             if isinstance(record, Invalid):
                 self.counters["invalid"] += 1
                 self.counters[f"invalid:{record.reason}"] += 1
@@ -121,8 +132,10 @@ class DedupeEngine:
             elif isinstance(record, Deletion):
                 batch = self._delete(record.doc_id)
             else:
-                batch = self._decide(next(it), origins[i] if origins else None)
+                batch = self._decide(prepared[k - 1], origins[i] if origins else None)
             out.extend(batch)
+        if run:
+            out.extend(decide_new(run, self.state, self.lsh, self.counters))
         if self.boilerplate is not None and self.boilerplate.pending:
             out.extend(self._resign_carriers())
         for event in out:

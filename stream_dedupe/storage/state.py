@@ -63,6 +63,19 @@ class DocRecord:
             fields += [self.covered_by, self.covered_similarity]
         return orjson.dumps(fields)
 
+    @staticmethod
+    def encode_representative(
+        content_hash: bytes,
+        length: int,
+        updated_at_us: int | None,
+        tokens: int,
+        indexed: bool,
+        source: str | None,
+        title_key: str | None,
+    ) -> bytes:
+        """:meth:`encode` of a representative's record, without building the record first."""
+        return orjson.dumps([3, content_hash.hex(), length, updated_at_us, tokens, indexed, source, title_key])
+
     @classmethod
     def decode(cls, raw: bytes) -> DocRecord:
         """Inverse of :meth:`encode` (reads version 1 and 2 records too)."""
@@ -129,6 +142,11 @@ class StateView:
         """Write into the overlay (None deletes)."""
         self._cache[namespace][key] = value
         self._dirty[namespace].add(key)
+
+    def put_many(self, namespace: str, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
+        """Write many keys into the overlay at once (None deletes)."""
+        self._cache[namespace].update(zip(keys, values, strict=True))
+        self._dirty[namespace].update(keys)
 
     def mark_absent(self, namespace: str, key: bytes) -> None:
         """Record in the overlay that ``key`` is known to be absent (saves a store read)."""
