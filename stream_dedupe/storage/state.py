@@ -122,6 +122,8 @@ class StateView:
         self.store = store
         self._cache: dict[str, dict[bytes, bytes | None]] = {ns: {} for ns in NAMESPACES}
         self._dirty: dict[str, set[bytes]] = {ns: set() for ns in NAMESPACES}
+        #: Decoded document records of this batch (a record is read many times per decision).
+        self._records: dict[str, DocRecord | None] = {}
 
     # -- raw access -------------------------------------------------------------------------
     def prefetch(self, namespace: str, keys: Sequence[bytes]) -> None:
@@ -142,11 +144,16 @@ class StateView:
         """Write into the overlay (None deletes)."""
         self._cache[namespace][key] = value
         self._dirty[namespace].add(key)
+        if namespace == "docs":
+            self._records.pop(key.decode("utf-8"), None)
 
     def put_many(self, namespace: str, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
         """Write many keys into the overlay at once (None deletes)."""
         self._cache[namespace].update(zip(keys, values, strict=True))
         self._dirty[namespace].update(keys)
+        if namespace == "docs" and self._records:
+            for key in keys:
+                self._records.pop(key.decode("utf-8"), None)
 
     def mark_absent(self, namespace: str, key: bytes) -> None:
         """Record in the overlay that ``key`` is known to be absent (saves a store read)."""
@@ -166,6 +173,7 @@ class StateView:
         for ns in NAMESPACES:
             self._cache[ns].clear()
             self._dirty[ns].clear()
+        self._records.clear()
 
     def get_json(self, key: bytes) -> Any:
         """A JSON value of the meta namespace, or None."""
@@ -179,12 +187,19 @@ class StateView:
     # -- documents --------------------------------------------------------------------------
     def doc(self, doc_id: str) -> DocRecord | None:
         """The record of a document, or None if unknown."""
+        try:
+            return self._records[doc_id]
+        except KeyError:
+            pass
         raw = self.get("docs", _key(doc_id))
-        return None if raw is None else DocRecord.decode(raw)
+        record = None if raw is None else DocRecord.decode(raw)
+        self._records[doc_id] = record
+        return record
 
     def put_doc(self, doc_id: str, record: DocRecord | None) -> None:
         """Write (or delete) a document record."""
         self.put("docs", _key(doc_id), None if record is None else record.encode())
+        self._records[doc_id] = record
 
     def document_json(self, doc_id: str) -> bytes | None:
         """The original JSON of a document."""
