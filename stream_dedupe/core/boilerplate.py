@@ -34,10 +34,16 @@ _NON_WORD = re.compile(r"[\W_]+")
 NAMESPACE = "boilerplate"
 
 
+#: ASCII bytes -> themselves for letters and digits (lower-cased), a space for the rest.
+_ASCII_FORM = bytes(c if chr(c).isalnum() and c < 128 else 32 for c in bytes(range(256)).lower())
+
+
 def _line_form(line: str) -> str:
     """A line's comparable form: the same rules as document normalization, for one line."""
-    if not line.isascii():
-        line = unicodedata.normalize("NFKC", line)
+    if line.isascii():
+        # the same result as the regex below (ASCII: \w is [A-Za-z0-9_], casefold is lower), 5x faster
+        return b" ".join(line.encode("ascii").translate(_ASCII_FORM).split()).decode("ascii")
+    line = unicodedata.normalize("NFKC", line)
     return _NON_WORD.sub(" ", line.casefold()).strip()
 
 
