@@ -20,6 +20,7 @@ from stream_dedupe.core.canonical import CanonicalKey
 from stream_dedupe.core.cover import CoverChange, StateCoverGraph, later_neighbours, update_cover
 from stream_dedupe.core.detach import detach
 from stream_dedupe.core.fastpath import classify, decide_new
+from stream_dedupe.core.layout import resolve
 from stream_dedupe.core.records import Deletion, Document, Invalid, Record, parse_document
 from stream_dedupe.core.signer import Signed, Signer
 from stream_dedupe.core.unionfind import ClusterInfo, UnionFind
@@ -48,7 +49,7 @@ class DedupeEngine:
     """
 
     def __init__(self, params: DedupeParams, store: KVStore, limits: RuntimeLimits | None = None) -> None:
-        self.params = params.resolved()
+        self.params = resolve(params)
         self.limits = limits or RuntimeLimits()
         self.store = store
         self.state = StateView(store)
@@ -62,14 +63,12 @@ class DedupeEngine:
         )
         self.preparer = BatchPreparer(self.params, self.state, self.signer, self.boilerplate, self.counters)
         self.seq = int(self.state.get_json(_SEQ_KEY) or 0)
-        bands, rows = self.params.band_layout
-        self.lsh = LshIndex(bands, rows, self.limits.max_bucket_size)
+        self.lsh = LshIndex(self.params.bands, self.params.rows, self.limits.max_bucket_size)
         self.rebuild_index()
 
     def rebuild_index(self) -> None:
         """Rebuild the in-memory band tables from the signatures in the state (start-up, recovery)."""
-        bands, rows = self.params.band_layout
-        self.lsh = LshIndex(bands, rows, self.limits.max_bucket_size)
+        self.lsh = LshIndex(self.params.bands, self.params.rows, self.limits.max_bucket_size)
         rebuild_index(self.store, self.lsh)
 
     def _check_params(self) -> None:

@@ -14,8 +14,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from stream_dedupe.core.canonical import CanonicalKey
-from stream_dedupe.core.unionfind import ClusterInfo
+from stream_dedupe.model import CanonicalKey, ClusterInfo
 from stream_dedupe.storage.base import NAMESPACES, KVStore
 
 _U32 = np.dtype("<u4")
