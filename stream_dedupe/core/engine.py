@@ -112,18 +112,18 @@ class DedupeEngine:
                 presigned.append(signed[i] if signed is not None else None)
         prepared = self.preparer.prepare(docs, presigned, self.lsh)
         fast = classify(records, prepared, self.state, self.lsh)
+        # All of them at once, first: no record before a fast one reads what it writes (fastpath.py)
+        news = iter(
+            decide_new([p for p, f in zip(prepared, fast, strict=True) if f], self.state, self.lsh, self.counters)
+        )
         out: list[ev.Event] = []
-        run: list[Prepared] = []  # consecutive fast documents, decided together before the next record
         k = 0
         for i, record in enumerate(records):
             if isinstance(record, Document):
                 k += 1
                 if fast[k - 1]:
-                    run.append(prepared[k - 1])
+                    out.append(next(news))
                     continue
-            if run:
-                out.extend(decide_new(run, self.state, self.lsh, self.counters))
-                run = []
             if isinstance(record, Invalid):
                 self.counters["invalid"] += 1
                 self.counters[f"invalid:{record.reason}"] += 1
@@ -133,8 +133,6 @@ class DedupeEngine:
             else:
                 batch = self._decide(prepared[k - 1], origins[i] if origins else None)
             out.extend(batch)
-        if run:
-            out.extend(decide_new(run, self.state, self.lsh, self.counters))
         if self.boilerplate is not None and self.boilerplate.pending:
             out.extend(self._resign_carriers())
         for event in out:

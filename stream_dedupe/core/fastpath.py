@@ -6,7 +6,7 @@ outcome: the document becomes an indexed singleton representative and its one ev
 :func:`classify` finds them for a whole batch with two compiled calls over the batch's band hashes
 (:meth:`~stream_dedupe.core.bandindex.LshIndex.any_match` against the index,
 :func:`~stream_dedupe.core.bandindex.earlier_twins` within the batch), and :func:`decide_new`
-indexes a run of them with one compiled insertion and one overlay write per namespace.
+indexes all of them with one compiled insertion and one overlay write per namespace.
 
 A document is *fast* only when the per-document path would provably see the same thing at its
 turn: its id occurs nowhere earlier in the batch and is not in the state; its identity key is
@@ -82,7 +82,14 @@ def classify(records: Sequence[Record], prepared: Sequence[Prepared], state: Sta
 
 
 def decide_new(items: Sequence[Prepared], state: StateView, lsh: LshIndex, counters: Counter[str]) -> list[ev.Event]:
-    """Decide documents classified fast by :func:`classify`: index them, stage their state, one ``new`` event each."""
+    """Decide documents classified fast by :func:`classify`: index them, stage their state, one ``new`` event each.
+
+    The whole batch's fast documents can be decided before any other record of the batch: a
+    record before a fast document shares with it no id, no identity key and no band key, so it
+    reads nothing a fast document writes (and a fast document reads nothing at all).
+    """
+    if not items:
+        return []
     ids = [p.doc.doc_id for p in items]
     keys = [i.encode("utf-8") for i in ids]
     hashes = np.stack([p.band_hashes for p in items])  # type: ignore[misc]
