@@ -18,6 +18,7 @@ import numpy as np
 
 from stream_dedupe.config import DedupeParams
 from stream_dedupe.core.bandindex import LshIndex
+from stream_dedupe.core.boilerplate import NAMESPACE as BOILERPLATE
 from stream_dedupe.core.boilerplate import BoilerplateLearner
 from stream_dedupe.core.normalize import title_key
 from stream_dedupe.core.records import Document
@@ -143,14 +144,16 @@ class BatchPreparer:
         assert self.boilerplate is not None
         state, learner = self.state, self.boilerplate
         state.prefetch("docs", [d.doc_id.encode("utf-8") for d in docs])
+        forms = [learner.line_forms(d.text, d.source) for d in docs]
+        state.prefetch(BOILERPLATE, [key for lines in forms for _, _, key in lines if key is not None])
         counted: set[str] = set()
         start = learner.stripped_lines
         texts, stripped = [], []
-        for doc in docs:
+        for doc, lines in zip(docs, forms, strict=True):
             first_time = doc.doc_id not in counted and state.get("docs", doc.doc_id.encode("utf-8")) is None
             counted.add(doc.doc_id)
             before = learner.stripped_lines
-            texts.append(learner.strip_and_count(doc.text, doc.source, count=first_time, doc_id=doc.doc_id))
+            texts.append(learner.strip_and_count(doc.text, doc.source, first_time, doc.doc_id, lines))
             stripped.append(learner.stripped_lines != before)
         self.counters["boilerplate_lines_stripped"] += learner.stripped_lines - start
         return texts, stripped

@@ -32,6 +32,8 @@ from stream_dedupe.storage.state import StateView
 
 _NON_WORD = re.compile(r"[\W_]+")
 NAMESPACE = "boilerplate"
+#: A line of a text: ``(line with its end, comparable form, state key or None when not counted)``.
+Line = tuple[str, str, bytes | None]
 
 
 #: ASCII bytes -> themselves for letters and digits (lower-cased), a space for the rest.
@@ -72,7 +74,21 @@ class BoilerplateLearner:
             if orjson.loads(raw)[0] >= config.min_docs:
                 self.learned.add(key)
 
-    def strip_and_count(self, text: str, source: str | None, count: bool = True, doc_id: str = "") -> str:
+    def line_forms(self, text: str, source: str | None) -> list[Line]:
+        """Each line of ``text`` with its form and its state key (None: too short to count or strip)."""
+        source = source or ""
+        out: list[Line] = []
+        for line in text.splitlines(keepends=True):
+            form = _line_form(line)
+            if form.count(" ") + 1 < self.config.min_tokens or not form:
+                out.append((line, form, None))
+            else:
+                out.append((line, form, line_key(source, form)))
+        return out
+
+    def strip_and_count(
+        self, text: str, source: str | None, count: bool = True, doc_id: str = "", lines: list[Line] | None = None
+    ) -> str:
         """Return ``text`` without its learned lines; then count its lines for this source.
 
         A text with no words left once its learned lines are gone is returned whole (an empty
@@ -84,6 +100,8 @@ class BoilerplateLearner:
             count: False for a document already counted (a re-crawl of a known id), so that
                 re-crawling one page never turns its own lines into boilerplate.
             doc_id: The document, remembered as a carrier of its lines until they are learned.
+            lines: ``line_forms(text, source)`` when already computed (a batch computes them
+                first, to read the counts of all its lines with one multi-get).
 
         """
         source = source or ""
@@ -91,13 +109,11 @@ class BoilerplateLearner:
         seen: dict[bytes, str] = {}
         stripped = 0
         words = False
-        for line in text.splitlines(keepends=True):
-            form = _line_form(line)
-            if form.count(" ") + 1 < self.config.min_tokens or not form:
+        for line, form, key in self.line_forms(text, source) if lines is None else lines:
+            if key is None:
                 kept.append(line)
                 words = words or bool(form)
                 continue
-            key = line_key(source, form)
             if key in self.learned:
                 stripped += 1
                 continue
