@@ -7,7 +7,7 @@ storage engine; it works the same over the in-memory and the RocksDB adapters.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,6 +109,19 @@ def _key(doc_id: str) -> bytes:
     return doc_id.encode("utf-8")
 
 
+def _decode_edges(raw: bytes) -> list[Edge]:
+    return [(o, s, e) for o, s, e in orjson.loads(raw)]
+
+
+def _decode_cluster(raw: bytes) -> ClusterInfo:
+    size, label, (cid, length, updated) = orjson.loads(raw)
+    return ClusterInfo(size, label, CanonicalKey(cid, length, updated))
+
+
+#: Namespaces whose decoded values :class:`StateView` keeps for the batch.
+_DECODED = ("exact", "edges", "clusters")
+
+
 class StateView:
     """Batch-scoped, typed view of the state; also the union-find's :class:`ClusterStore`.
 
@@ -123,6 +136,8 @@ class StateView:
         self._dirty: dict[str, set[bytes]] = {ns: set() for ns in NAMESPACES}
         #: Decoded document records of this batch (a record is read many times per decision).
         self._records: dict[str, DocRecord | None] = {}
+        #: Decoded values of the JSON namespaces read many times per decision (dropped on write).
+        self._decoded: dict[str, dict[bytes, Any]] = {ns: {} for ns in _DECODED}
 
     # -- raw access -------------------------------------------------------------------------
     def prefetch(self, namespace: str, keys: Sequence[bytes]) -> None:
@@ -145,6 +160,8 @@ class StateView:
         self._dirty[namespace].add(key)
         if namespace == "docs":
             self._records.pop(key.decode("utf-8"), None)
+        elif namespace in _DECODED:
+            self._decoded[namespace].pop(key, None)
 
     def put_many(self, namespace: str, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
         """Write many keys into the overlay at once (None deletes)."""
@@ -153,6 +170,10 @@ class StateView:
         if namespace == "docs" and self._records:
             for key in keys:
                 self._records.pop(key.decode("utf-8"), None)
+        elif namespace in _DECODED:
+            decoded = self._decoded[namespace]
+            for key in keys:
+                decoded.pop(key, None)
 
     def mark_absent(self, namespace: str, key: bytes) -> None:
         """Record in the overlay that ``key`` is known to be absent (saves a store read)."""
@@ -173,6 +194,20 @@ class StateView:
             self._cache[ns].clear()
             self._dirty[ns].clear()
         self._records.clear()
+        for table in self._decoded.values():
+            table.clear()
+
+    def _decoded_value(self, namespace: str, key: bytes, decode: Callable[[bytes], Any]) -> Any:
+        """``decode`` of a value read through the overlay, decoded once per batch (None if missing)."""
+        table = self._decoded[namespace]
+        try:
+            return table[key]
+        except KeyError:
+            pass
+        raw = self.get(namespace, key)
+        value = None if raw is None else decode(raw)
+        table[key] = value
+        return value
 
     def get_json(self, key: bytes) -> Any:
         """A JSON value of the meta namespace, or None."""
@@ -228,8 +263,8 @@ class StateView:
 
     # -- index ------------------------------------------------------------------------------
     def _id_list(self, namespace: str, key: bytes) -> list[str]:
-        raw = self.get(namespace, key)
-        return [] if raw is None else list(orjson.loads(raw))
+        ids = self._decoded_value(namespace, key, orjson.loads)
+        return [] if ids is None else list(ids)
 
     def _put_id_list(self, namespace: str, key: bytes, ids: list[str]) -> None:
         self.put(namespace, key, orjson.dumps(ids) if ids else None)
@@ -244,8 +279,8 @@ class StateView:
 
     def edges(self, doc_id: str) -> list[Edge]:
         """Verified pairs of a document: ``(other id, similarity, exact)``."""
-        raw = self.get("edges", _key(doc_id))
-        return [] if raw is None else [(o, s, e) for o, s, e in orjson.loads(raw)]
+        edges = self._decoded_value("edges", _key(doc_id), _decode_edges)
+        return [] if edges is None else list(edges)
 
     def put_edges(self, doc_id: str, edges: list[Edge]) -> None:
         """Replace a document's edges (empty deletes them)."""
@@ -263,11 +298,8 @@ class StateView:
 
     def get_cluster(self, root: str) -> ClusterInfo | None:
         """See :class:`~stream_dedupe.core.unionfind.ClusterStore`."""
-        raw = self.get("clusters", _key(root))
-        if raw is None:
-            return None
-        size, label, (cid, length, updated) = orjson.loads(raw)
-        return ClusterInfo(size, label, CanonicalKey(cid, length, updated))
+        info: ClusterInfo | None = self._decoded_value("clusters", _key(root), _decode_cluster)
+        return info
 
     def set_cluster(self, root: str, info: ClusterInfo | None) -> None:
         """See :class:`~stream_dedupe.core.unionfind.ClusterStore`."""
