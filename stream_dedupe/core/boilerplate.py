@@ -28,6 +28,7 @@ import mmh3
 import orjson
 
 from stream_dedupe.config import BoilerplateConfig
+from stream_dedupe.core.lineform import ascii_form
 from stream_dedupe.storage.state import StateView
 
 _NON_WORD = re.compile(r"[\W_]+")
@@ -36,15 +37,10 @@ NAMESPACE = "boilerplate"
 Line = tuple[str, str, bytes | None]
 
 
-#: ASCII bytes -> themselves for letters and digits (lower-cased), a space for the rest.
-_ASCII_FORM = bytes(c if chr(c).isalnum() and c < 128 else 32 for c in bytes(range(256)).lower())
-
-
 def _line_form(line: str) -> str:
     """A line's comparable form: the same rules as document normalization, for one line."""
-    if line.isascii():
-        # the same result as the regex below (ASCII: \w is [A-Za-z0-9_], casefold is lower), 5x faster
-        return b" ".join(line.encode("ascii").translate(_ASCII_FORM).split()).decode("ascii")
+    if line.isascii():  # the same result as the regex below (for ASCII, word characters are [A-Za-z0-9_])
+        return ascii_form(line)
     line = unicodedata.normalize("NFKC", line)
     return _NON_WORD.sub(" ", line.casefold()).strip()
 
