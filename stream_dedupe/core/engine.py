@@ -48,6 +48,10 @@ class DedupeEngine:
 
     """
 
+    #: Decide the documents that can only be new singletons together (:mod:`~stream_dedupe.core.fastpath`);
+    #: False sends every document through the per-document path (the tests compare the two).
+    fast_path = True
+
     def __init__(self, params: DedupeParams, store: KVStore, limits: RuntimeLimits | None = None) -> None:
         self.params = resolve(params)
         self.limits = limits or RuntimeLimits()
@@ -111,7 +115,7 @@ class DedupeEngine:
                 docs.append(record)
                 presigned.append(signed[i] if signed is not None else None)
         prepared = self.preparer.prepare(docs, presigned, self.lsh)
-        fast = classify(records, prepared, self.state, self.lsh)
+        fast = classify(records, prepared, self.state, self.lsh) if self.fast_path else [False] * len(prepared)
         # All of them at once, first: no record before a fast one reads what it writes (fastpath.py)
         news = iter(
             decide_new([p for p, f in zip(prepared, fast, strict=True) if f], self.state, self.lsh, self.counters)
