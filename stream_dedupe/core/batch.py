@@ -128,6 +128,9 @@ class BatchPreparer:
         keys = [i.encode("utf-8") for i in ids]
         for namespace in ("docs", "parent", "clusters", "edges", "sets" if self.params.verify == "exact" else "sigs"):
             state.prefetch(namespace, keys)
+        # Their content groups (the cover reads a neighbour's group to expand it).
+        records = (state.doc(i) for i in ids)
+        state.prefetch("exact", list({r.content_hash for r in records if r is not None}))
         # Union-find roots of those documents (one level; paths are compressed as they are used).
         roots = {p for p in (state.get("parent", k) for k in keys) if p is not None}
         if roots:
