@@ -8,7 +8,7 @@ import unicodedata
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stream_dedupe.core.boilerplate import _line_form
+from stream_dedupe.core.boilerplate import _has_tokens, _line_form
 
 _NON_WORD = re.compile(r"[\W_]+")
 
@@ -32,3 +32,9 @@ def test_any_line_forms_as_the_regex_does(line: str) -> None:
 
 def test_a_footer_line_form() -> None:
     assert _line_form("  Copyright (c) 2026 -- ACME_Corp.\\n") == "copyright c 2026 acme corp n"
+
+
+@given(st.text(alphabet="ab ", max_size=30).map(lambda t: " ".join(t.split())), st.integers(1, 6))
+def test_token_check_counts_like_str_count(form: str, tokens: int) -> None:
+    if form:
+        assert _has_tokens(form, tokens) == (form.count(" ") + 1 >= tokens)

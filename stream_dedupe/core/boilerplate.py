@@ -45,6 +45,19 @@ def _line_form(line: str) -> str:
     return _NON_WORD.sub(" ", line.casefold()).strip()
 
 
+def _has_tokens(form: str, tokens: int) -> bool:
+    """True if ``form`` (words separated by single spaces) has at least ``tokens`` words.
+
+    The same as ``form.count(" ") + 1 >= tokens`` without scanning a long line to its end.
+    """
+    at = -1
+    for _ in range(tokens - 1):
+        at = form.find(" ", at + 1)
+        if at < 0:
+            return False
+    return True
+
+
 def line_key(source: str, form: str) -> bytes:
     """State key of a line of a source: 8 bytes of MurmurHash3 x64 over source, NUL, line."""
     return mmh3.hash_bytes(f"{source}\0{form}".encode())[:8]
@@ -76,7 +89,7 @@ class BoilerplateLearner:
         out: list[Line] = []
         for line in text.splitlines(keepends=True):
             form = _line_form(line)
-            if form.count(" ") + 1 < self.config.min_tokens or not form:
+            if not form or not _has_tokens(form, self.config.min_tokens):
                 out.append((line, form, None))
             else:
                 out.append((line, form, line_key(source, form)))
