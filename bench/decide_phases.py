@@ -37,7 +37,7 @@ PHASES: list[tuple[Any, str, str]] = [
     (DedupeEngine, "process", "engine.process"),
     (BatchPreparer, "strip_boilerplate", "  strip and count boilerplate"),
     (BatchPreparer, "keyed", "  identity keys, band hashes"),
-    (BatchPreparer, "_prefetch_neighbours", "  prefetch (multi-gets)"),
+    (BatchPreparer, "prefetch_neighbours", "  prefetch for the exact path (multi-gets)"),
     (engine_module, "classify", "  fast path: classify"),
     (engine_module, "decide_new", "  fast path: decide_new"),
     (DedupeEngine, "_decide", "  exact path: _decide"),

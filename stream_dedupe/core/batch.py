@@ -68,7 +68,11 @@ class BatchPreparer:
         self.counters = counters
 
     def prepare(self, docs: list[Document], presigned: list[Signed | None], lsh: LshIndex) -> list[Prepared]:
-        """Sign (or take the records signed elsewhere), key, band-hash and prefetch a batch."""
+        """Sign (or take the records signed elsewhere), key and band-hash a batch; load its records and groups.
+
+        What the documents that take the per-document path read besides is loaded by
+        :meth:`prefetch_neighbours`, once the fast path has taken the others.
+        """
         signed = list(presigned)
         texts = [d.text for d in docs]
         if self.boilerplate is not None:
@@ -83,7 +87,7 @@ class BatchPreparer:
         self.counters["presigned"] += len(docs) - len(todo)
         prepared = self.keyed(docs, signed, lsh)
         self.state.prefetch("exact", [p.content_hash for p in prepared])
-        self._prefetch_neighbours(prepared, lsh)
+        self.state.prefetch("docs", [p.doc.doc_id.encode("utf-8") for p in prepared])
         return prepared
 
     def keyed(self, docs: list[Document], signed: Sequence[Signed | None], lsh: LshIndex) -> list[Prepared]:
@@ -105,17 +109,18 @@ class BatchPreparer:
                 entry.band_hashes = row
         return prepared
 
-    def _prefetch_neighbours(self, prepared: list[Prepared], lsh: LshIndex) -> None:
-        """Load, with one multi-get per namespace, what deciding the batch will read.
+    def prefetch_neighbours(self, prepared: Sequence[Prepared], lsh: LshIndex) -> None:
+        """Load, with one multi-get per namespace, what deciding ``prepared`` one by one will read.
 
         The documents already in the state that a batch document can match are its exact-content
         group and its LSH candidates; reading their records one by one was most of the engine's
-        time on duplicate-heavy input.
+        time on duplicate-heavy input. The documents' own union-find records and edges are read
+        too (a re-crawl's old version is detached; a new one's are absent, one multi-get says so).
         """
         state = self.state
-        state.prefetch("docs", [p.doc.doc_id.encode("utf-8") for p in prepared])
-        # Documents seen before (re-crawls) are read back too: their old version may be detached.
-        ids = {p.doc.doc_id for p in prepared if state.get("docs", p.doc.doc_id.encode("utf-8")) is not None}
+        ids = {p.doc.doc_id for p in prepared}
+        # a re-crawl's old version leaves the band tables by its stored signature
+        state.prefetch("sigs", [key for key in (i.encode("utf-8") for i in ids) if state.get("docs", key) is not None])
         signed = []
         for item in prepared:
             group = state.exact_group(item.content_hash)
