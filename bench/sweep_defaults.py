@@ -14,6 +14,7 @@ import gzip
 from pathlib import Path
 
 from stream_dedupe.config import DedupeParams
+from stream_dedupe.core.layout import resolve
 from stream_dedupe.quality.evaluate import evaluate
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -41,7 +42,7 @@ def main() -> None:
     print("| variant | bands x rows | in scope | estimate P | estimate R | exact P | exact R | candidates/doc |")
     print("|---|---|---|---|---|---|---|---|")
     for name, changes in VARIANTS:
-        params = dataclasses.replace(DedupeParams(), **changes).resolved()  # type: ignore[arg-type]
+        params = resolve(dataclasses.replace(DedupeParams(), **changes))  # type: ignore[arg-type]
         report = evaluate(raws, params, datasketch=False)
         est, exact = report.methods[0], report.methods[1]
         print(

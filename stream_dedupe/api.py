@@ -41,6 +41,7 @@ from stream_dedupe.api_types import (
 from stream_dedupe.config import DedupeParams, RuntimeLimits
 from stream_dedupe.core.engine import DedupeEngine, stored_params
 from stream_dedupe.core.events import Event
+from stream_dedupe.core.layout import resolve
 from stream_dedupe.core.records import Deletion, Document, Record, parse_document
 from stream_dedupe.errors import ConfigError, StateError
 from stream_dedupe.explain import PairReport, explain_pair, load_pair
@@ -115,7 +116,7 @@ class Deduper:
         limits = RuntimeLimits(max_doc_bytes=max_doc_bytes, max_bucket_size=max_bucket_size, batch_size=batch_size)
         if not is_state(path):  # every parameter is checked before the directory is created
             check_new_state_dir(path)
-            resolve_params(None, overrides).resolved()
+            resolve(resolve_params(None, overrides))
         store = RocksStore(path)
         try:
             engine = DedupeEngine(resolve_params(stored_params(store), overrides), store, limits)

@@ -68,6 +68,15 @@ class ShadowLsh(LshIndex):
         self.added[doc_id] = hashes
         return found, 0
 
+    def any_match(self, hashes: np.ndarray) -> np.ndarray:
+        """See :class:`LshIndex`."""
+        return np.array([bool(self.query(row)) for row in hashes], dtype=np.bool_)
+
+    def add_new(self, doc_ids: list[str], hashes: np.ndarray) -> None:
+        """See :class:`LshIndex` (nothing reaches the real tables)."""
+        for doc_id, row in zip(doc_ids, hashes, strict=True):
+            self.added[doc_id] = row
+
     def remove(self, doc_id: str, hashes: np.ndarray) -> None:
         """See :class:`LshIndex` (the real entries are hidden, not removed)."""
         self.removed.add(doc_id)

@@ -172,7 +172,9 @@ def dedupe(
     limits = RuntimeLimits(max_doc_bytes=max_doc_bytes, max_bucket_size=max_bucket_size, batch_size=batch_size)
     if not is_state(state):  # every flag is checked before the directory is created
         check_new_state_dir(state)
-        resolve_params(None, overrides).resolved()
+        from stream_dedupe.core.layout import resolve
+
+        resolve(resolve_params(None, overrides))
 
     from stream_dedupe.core.engine import DedupeEngine, stored_params
     from stream_dedupe.embedded import resume_point, run

@@ -234,23 +234,21 @@ class DedupeParams:
         """The lowest threshold in use (the LSH bands are tuned for it)."""
         return min([self.threshold, *(value for _, value in self.source_thresholds)])
 
-    @cached_property
-    def band_layout(self) -> tuple[int, int]:
-        """``(bands, rows)``: the explicit ones, or those datasketch's MinHashLSH picks for the LSH threshold."""
-        if self.bands:
-            return self.bands, self.rows
-        from stream_dedupe.core.lsh import choose_bands
+    @property
+    def lsh_threshold(self) -> float:
+        """The similarity the LSH bands are tuned for: the lowest threshold minus ``lsh_margin``.
 
-        return choose_bands(round(self.lowest_threshold - self.lsh_margin, 6), self.num_perm)
-
-    def resolved(self) -> DedupeParams:
-        """Return a copy with ``bands`` and ``rows`` filled in."""
-        bands, rows = self.band_layout
-        return dataclasses.replace(self, bands=bands, rows=rows)
+        The bands and rows for it are chosen by the core (:func:`stream_dedupe.core.layout.resolve`).
+        """
+        return round(self.lowest_threshold - self.lsh_margin, 6)
 
     def to_state(self) -> dict[str, Any]:
-        """The parameters as stored with the state (bands and rows resolved)."""
-        bands, rows = self.band_layout
+        """The parameters as stored with the state.
+
+        Call it on resolved parameters (:func:`stream_dedupe.core.layout.resolve`): ``bands`` and
+        ``rows`` are stored as they are.
+        """
+        bands, rows = self.bands, self.rows
         return {
             "threshold": self.threshold,
             "num_perm": self.num_perm,

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from stream_dedupe.config import DedupeParams
+from stream_dedupe.core.layout import resolve
 from stream_dedupe.core.lsh import band_keys, candidate_probability
 from stream_dedupe.core.minhash import MinHasher
 from stream_dedupe.core.normalize import Normalizer
@@ -70,7 +71,7 @@ def load_pair(store: KVStore | None, a: str, b: str) -> tuple[str, str]:
 
 def explain_pair(params: DedupeParams, text_a: str, text_b: str, names: tuple[str, str]) -> PairReport:
     """Compute the evidence for a pair under ``params``."""
-    params = params.resolved()
+    params = resolve(params)
     normalizer = Normalizer(params.normalization)
     norm = [normalizer.normalize(t) for t in (text_a, text_b)]
     sh = [shingles(n, params.shingle) for n in norm]

@@ -9,6 +9,7 @@ import pytest
 
 from stream_dedupe.config import DedupeParams, RuntimeLimits, ShingleSpec
 from stream_dedupe.core.engine import DedupeEngine
+from stream_dedupe.core.layout import band_layout
 from stream_dedupe.core.normalize import Normalizer
 from stream_dedupe.core.shingle import shingle_hash, shingles
 from stream_dedupe.errors import StateMismatchError
@@ -272,7 +273,7 @@ def test_per_source_thresholds_use_the_stricter_one(store: KVStore) -> None:
     assert kinds["t2"]["event"] == "duplicate-of" and kinds["t2"]["threshold"] == 0.6
     # notes pages at ~0.75 are both kept (their source's threshold is 0.95), also against tickets
     assert kinds["n2"]["event"] == "new"
-    assert params.band_layout == DedupeParams(threshold=0.6, lsh_margin=0.2).band_layout
+    assert band_layout(params) == band_layout(DedupeParams(threshold=0.6, lsh_margin=0.2))
     with pytest.raises(StateMismatchError, match="source_thresholds"):
         DedupeEngine(DedupeParams(threshold=0.6, lsh_margin=0.2, verify="exact"), store)
 

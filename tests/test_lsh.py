@@ -4,6 +4,7 @@ import numpy as np
 from datasketch import MinHashLSH
 
 from stream_dedupe.config import DedupeParams
+from stream_dedupe.core.layout import band_layout
 from stream_dedupe.core.lsh import FP_FN_WEIGHTS, band_keys, candidate_probability, choose_bands
 
 
@@ -15,7 +16,7 @@ def test_band_choice_is_datasketchs() -> None:
 
 def test_default_layout_over_returns() -> None:
     params = DedupeParams()
-    bands, rows = params.band_layout
+    bands, rows = band_layout(params)
     # Pairs exactly at the decision threshold are nearly always candidates.
     assert candidate_probability(params.threshold, bands, rows) > 0.97
     assert candidate_probability(params.threshold - params.lsh_margin, bands, rows) > 0.4

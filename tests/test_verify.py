@@ -34,3 +34,16 @@ def test_estimate_equals_datasketch_jaccard() -> None:
 def test_signatures_of_different_length_are_refused() -> None:
     with pytest.raises(ValueError, match="different lengths"):
         estimated_jaccard(np.zeros(64, dtype=np.uint32), np.zeros(128, dtype=np.uint32))
+
+
+def test_exact_jaccard_equals_numpys_intersection() -> None:
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        a = np.unique(rng.integers(0, 400, rng.integers(0, 120)).astype(np.uint32))
+        b = np.unique(rng.integers(0, 400, rng.integers(0, 120)).astype(np.uint32))
+        if a.size + b.size == 0:
+            continue
+        inter = np.intersect1d(a, b, assume_unique=True).size
+        assert exact_jaccard(a, b) == inter / float(a.size + b.size - inter)
+    unsorted = np.array([5, 1, 3], dtype=np.uint32)
+    assert exact_jaccard(unsorted, np.array([1, 3, 9], dtype=np.uint32)) == pytest.approx(2 / 4)

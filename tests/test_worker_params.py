@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stream_dedupe.config import DedupeParams
+from stream_dedupe.core.layout import band_layout
 from stream_dedupe.worker.errors import WorkerConfigError
 from stream_dedupe.worker.settings import WorkerSettings
 
@@ -25,6 +26,6 @@ def test_source_thresholds_title_guard_and_verify_from_the_environment() -> None
     assert params.source_thresholds == (("release-notes", 0.95), ("tickets", 0.7))
     assert params.title_guard is False and params.verify == "estimate"
     # the LSH is tuned for the lowest threshold in use
-    assert params.band_layout == DedupeParams(threshold=0.7).band_layout
+    assert band_layout(params) == band_layout(DedupeParams(threshold=0.7))
     with pytest.raises(WorkerConfigError, match="title_guard"):
         WorkerSettings.load(env={"STREAM_DEDUPE_TITLE_GUARD": "yes"})

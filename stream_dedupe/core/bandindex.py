@@ -73,6 +73,53 @@ def _query_many(keys: np.ndarray, vals: np.ndarray, hashes: np.ndarray) -> np.nd
 
 
 @njit(cache=True)
+def _any_match(keys: np.ndarray, vals: np.ndarray, hashes: np.ndarray) -> np.ndarray:  # pragma: no cover - jit
+    """Per row of ``hashes``: True if a live entry shares any of its bands."""
+    mask = keys.shape[1] - 1
+    out = np.zeros(hashes.shape[0], dtype=np.bool_)
+    for d in range(hashes.shape[0]):
+        for band in range(hashes.shape[1]):
+            key = np.uint32(hashes[d, band] >> np.uint64(32))
+            slot = int(key) & mask
+            while vals[band, slot] != _EMPTY:
+                if vals[band, slot] >= 0 and keys[band, slot] == key:
+                    out[d] = True
+                    break
+                slot = (slot + 1) & mask
+            if out[d]:
+                break
+    return out
+
+
+@njit(cache=True)
+def _insert_many(keys: np.ndarray, vals: np.ndarray, hashes: np.ndarray, first: int) -> None:  # pragma: no cover
+    """Add rows ``d`` of ``hashes`` as ordinals ``first + d`` (each probe ends at an empty slot)."""
+    mask = keys.shape[1] - 1
+    for d in range(hashes.shape[0]):
+        for band in range(hashes.shape[1]):
+            key = np.uint32(hashes[d, band] >> np.uint64(32))
+            slot = int(key) & mask
+            while vals[band, slot] != _EMPTY:
+                slot = (slot + 1) & mask
+            keys[band, slot] = key
+            vals[band, slot] = first + d
+
+
+@njit(cache=True)
+def _earlier_twin(hashes: np.ndarray) -> np.ndarray:  # pragma: no cover - jit
+    """Per row: True if an earlier row has the same band key (high 32 bits) in some band."""
+    n, bands = hashes.shape
+    out = np.zeros(n, dtype=np.bool_)
+    for band in range(bands):
+        column = (hashes[:, band] >> np.uint64(32)).astype(np.uint32)
+        order = np.argsort(column, kind="mergesort")
+        for k in range(1, n):
+            if column[order[k]] == column[order[k - 1]]:
+                out[order[k]] = True
+    return out
+
+
+@njit(cache=True)
 def _remove(keys: np.ndarray, vals: np.ndarray, hashes: np.ndarray, ordinal: int) -> int:  # pragma: no cover
     mask = keys.shape[1] - 1
     removed = 0
@@ -86,6 +133,14 @@ def _remove(keys: np.ndarray, vals: np.ndarray, hashes: np.ndarray, ordinal: int
                 removed += 1
             slot = (slot + 1) & mask
     return removed
+
+
+def earlier_twins(hashes: np.ndarray) -> np.ndarray:
+    """Per row of the ``(n, bands)`` band ``hashes``: True if an earlier row shares a band key with it."""
+    if hashes.shape[0] < 2:
+        return np.zeros(hashes.shape[0], dtype=np.bool_)
+    found: np.ndarray = _earlier_twin(np.ascontiguousarray(hashes))
+    return found
 
 
 @njit(cache=True)
@@ -161,6 +216,22 @@ class BandIndex:
         found: np.ndarray = _query_many(self._keys, self._vals, np.ascontiguousarray(hashes))
         return found
 
+    def any_match(self, hashes: np.ndarray) -> np.ndarray:
+        """Per row of the ``(n, bands)`` ``hashes``: True if an entry shares one of its bands."""
+        found: np.ndarray = _any_match(self._keys, self._vals, np.ascontiguousarray(hashes))
+        return found
+
+    def insert_many(self, hashes: np.ndarray, first: int) -> None:
+        """Add the rows of ``hashes`` as ordinals ``first, first + 1, ...`` in one compiled call.
+
+        Only for rows known to share no band with any entry (no bucket can be full), so the
+        result is the one :meth:`query_insert` would give row by row.
+        """
+        while 2 * (self._used + hashes.shape[0]) > self.capacity:
+            self._grow()
+        _insert_many(self._keys, self._vals, np.ascontiguousarray(hashes), first)
+        self._used += hashes.shape[0]
+
     def remove(self, hashes: np.ndarray, ordinal: int) -> int:
         """Remove ``ordinal``'s entries; returns how many were removed."""
         return int(_remove(self._keys, self._vals, hashes, ordinal))
@@ -217,6 +288,15 @@ class LshIndex:
         """Ids sharing a band with any of the ``(n, bands)`` rows of ``hashes`` (one compiled call)."""
         ids = self._ids
         return {ids[o] for o in set(self.tables.query_many(hashes).tolist())}
+
+    def any_match(self, hashes: np.ndarray) -> np.ndarray:
+        """Per row of the ``(n, bands)`` ``hashes``: True if an indexed document shares a band with it."""
+        return self.tables.any_match(hashes)
+
+    def add_new(self, doc_ids: list[str], hashes: np.ndarray) -> None:
+        """Index documents that share no band with any indexed one, nor with each other, at once."""
+        self.tables.insert_many(hashes, len(self._ids))
+        self._ids.extend(doc_ids)
 
     def remove(self, doc_id: str, hashes: np.ndarray) -> None:
         """Take a document's entries out of the tables."""

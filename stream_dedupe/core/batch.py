@@ -18,6 +18,7 @@ import numpy as np
 
 from stream_dedupe.config import DedupeParams
 from stream_dedupe.core.bandindex import LshIndex
+from stream_dedupe.core.boilerplate import NAMESPACE as BOILERPLATE
 from stream_dedupe.core.boilerplate import BoilerplateLearner
 from stream_dedupe.core.normalize import title_key
 from stream_dedupe.core.records import Document
@@ -67,7 +68,11 @@ class BatchPreparer:
         self.counters = counters
 
     def prepare(self, docs: list[Document], presigned: list[Signed | None], lsh: LshIndex) -> list[Prepared]:
-        """Sign (or take the records signed elsewhere), key, band-hash and prefetch a batch."""
+        """Sign (or take the records signed elsewhere), key and band-hash a batch; load its records and groups.
+
+        What the documents that take the per-document path read besides is loaded by
+        :meth:`prefetch_neighbours`, once the fast path has taken the others.
+        """
         signed = list(presigned)
         texts = [d.text for d in docs]
         if self.boilerplate is not None:
@@ -82,7 +87,7 @@ class BatchPreparer:
         self.counters["presigned"] += len(docs) - len(todo)
         prepared = self.keyed(docs, signed, lsh)
         self.state.prefetch("exact", [p.content_hash for p in prepared])
-        self._prefetch_neighbours(prepared, lsh)
+        self.state.prefetch("docs", [p.doc.doc_id.encode("utf-8") for p in prepared])
         return prepared
 
     def keyed(self, docs: list[Document], signed: Sequence[Signed | None], lsh: LshIndex) -> list[Prepared]:
@@ -104,17 +109,18 @@ class BatchPreparer:
                 entry.band_hashes = row
         return prepared
 
-    def _prefetch_neighbours(self, prepared: list[Prepared], lsh: LshIndex) -> None:
-        """Load, with one multi-get per namespace, what deciding the batch will read.
+    def prefetch_neighbours(self, prepared: Sequence[Prepared], lsh: LshIndex) -> None:
+        """Load, with one multi-get per namespace, what deciding ``prepared`` one by one will read.
 
         The documents already in the state that a batch document can match are its exact-content
         group and its LSH candidates; reading their records one by one was most of the engine's
-        time on duplicate-heavy input.
+        time on duplicate-heavy input. The documents' own union-find records and edges are read
+        too (a re-crawl's old version is detached; a new one's are absent, one multi-get says so).
         """
         state = self.state
-        state.prefetch("docs", [p.doc.doc_id.encode("utf-8") for p in prepared])
-        # Documents seen before (re-crawls) are read back too: their old version may be detached.
-        ids = {p.doc.doc_id for p in prepared if state.get("docs", p.doc.doc_id.encode("utf-8")) is not None}
+        ids = {p.doc.doc_id for p in prepared}
+        # a re-crawl's old version leaves the band tables by its stored signature
+        state.prefetch("sigs", [key for key in (i.encode("utf-8") for i in ids) if state.get("docs", key) is not None])
         signed = []
         for item in prepared:
             group = state.exact_group(item.content_hash)
@@ -127,6 +133,9 @@ class BatchPreparer:
         keys = [i.encode("utf-8") for i in ids]
         for namespace in ("docs", "parent", "clusters", "edges", "sets" if self.params.verify == "exact" else "sigs"):
             state.prefetch(namespace, keys)
+        # Their content groups (the cover reads a neighbour's group to expand it).
+        records = (state.doc(i) for i in ids)
+        state.prefetch("exact", list({r.content_hash for r in records if r is not None}))
         # Union-find roots of those documents (one level; paths are compressed as they are used).
         roots = {p for p in (state.get("parent", k) for k in keys) if p is not None}
         if roots:
@@ -143,14 +152,16 @@ class BatchPreparer:
         assert self.boilerplate is not None
         state, learner = self.state, self.boilerplate
         state.prefetch("docs", [d.doc_id.encode("utf-8") for d in docs])
+        forms = [learner.line_forms(d.text, d.source) for d in docs]
+        state.prefetch(BOILERPLATE, [key for lines in forms for _, _, key in lines if key is not None])
         counted: set[str] = set()
         start = learner.stripped_lines
         texts, stripped = [], []
-        for doc in docs:
+        for doc, lines in zip(docs, forms, strict=True):
             first_time = doc.doc_id not in counted and state.get("docs", doc.doc_id.encode("utf-8")) is None
             counted.add(doc.doc_id)
             before = learner.stripped_lines
-            texts.append(learner.strip_and_count(doc.text, doc.source, count=first_time, doc_id=doc.doc_id))
+            texts.append(learner.strip_and_count(doc.text, doc.source, first_time, doc.doc_id, lines))
             stripped.append(learner.stripped_lines != before)
         self.counters["boilerplate_lines_stripped"] += learner.stripped_lines - start
         return texts, stripped

@@ -28,17 +28,34 @@ import mmh3
 import orjson
 
 from stream_dedupe.config import BoilerplateConfig
+from stream_dedupe.core.lineform import ascii_form
 from stream_dedupe.storage.state import StateView
 
 _NON_WORD = re.compile(r"[\W_]+")
 NAMESPACE = "boilerplate"
+#: A line of a text: ``(line with its end, comparable form, state key or None when not counted)``.
+Line = tuple[str, str, bytes | None]
 
 
 def _line_form(line: str) -> str:
     """A line's comparable form: the same rules as document normalization, for one line."""
-    if not line.isascii():
-        line = unicodedata.normalize("NFKC", line)
+    if line.isascii():  # the same result as the regex below (for ASCII, word characters are [A-Za-z0-9_])
+        return ascii_form(line)
+    line = unicodedata.normalize("NFKC", line)
     return _NON_WORD.sub(" ", line.casefold()).strip()
+
+
+def _has_tokens(form: str, tokens: int) -> bool:
+    """True if ``form`` (words separated by single spaces) has at least ``tokens`` words.
+
+    The same as ``form.count(" ") + 1 >= tokens`` without scanning a long line to its end.
+    """
+    at = -1
+    for _ in range(tokens - 1):
+        at = form.find(" ", at + 1)
+        if at < 0:
+            return False
+    return True
 
 
 def line_key(source: str, form: str) -> bytes:
@@ -66,7 +83,21 @@ class BoilerplateLearner:
             if orjson.loads(raw)[0] >= config.min_docs:
                 self.learned.add(key)
 
-    def strip_and_count(self, text: str, source: str | None, count: bool = True, doc_id: str = "") -> str:
+    def line_forms(self, text: str, source: str | None) -> list[Line]:
+        """Each line of ``text`` with its form and its state key (None: too short to count or strip)."""
+        source = source or ""
+        out: list[Line] = []
+        for line in text.splitlines(keepends=True):
+            form = _line_form(line)
+            if not form or not _has_tokens(form, self.config.min_tokens):
+                out.append((line, form, None))
+            else:
+                out.append((line, form, line_key(source, form)))
+        return out
+
+    def strip_and_count(
+        self, text: str, source: str | None, count: bool = True, doc_id: str = "", lines: list[Line] | None = None
+    ) -> str:
         """Return ``text`` without its learned lines; then count its lines for this source.
 
         A text with no words left once its learned lines are gone is returned whole (an empty
@@ -78,6 +109,8 @@ class BoilerplateLearner:
             count: False for a document already counted (a re-crawl of a known id), so that
                 re-crawling one page never turns its own lines into boilerplate.
             doc_id: The document, remembered as a carrier of its lines until they are learned.
+            lines: ``line_forms(text, source)`` when already computed (a batch computes them
+                first, to read the counts of all its lines with one multi-get).
 
         """
         source = source or ""
@@ -85,13 +118,11 @@ class BoilerplateLearner:
         seen: dict[bytes, str] = {}
         stripped = 0
         words = False
-        for line in text.splitlines(keepends=True):
-            form = _line_form(line)
-            if form.count(" ") + 1 < self.config.min_tokens or not form:
+        for line, form, key in self.line_forms(text, source) if lines is None else lines:
+            if key is None:
                 kept.append(line)
                 words = words or bool(form)
                 continue
-            key = line_key(source, form)
             if key in self.learned:
                 stripped += 1
                 continue

@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import reduce
 
+from stream_dedupe.model import CanonicalKey
 
-@dataclass(frozen=True)
-class CanonicalKey:
-    """What the canonical choice looks at for one document.
+__all__ = ["CanonicalKey", "better", "choose"]
 
-    Attributes:
-        doc_id: The document id.
-        length: Length of the normalized text, in characters.
-        updated_at_us: ``updated_at`` in microseconds since the epoch, or None when unknown
-            (unknown ranks as oldest).
 
-    """
-
-    doc_id: str
-    length: int
-    updated_at_us: int | None
-
-    def _rank(self) -> tuple[int, int, int]:
-        known = 0 if self.updated_at_us is None else 1
-        return (self.length, known, self.updated_at_us or 0)
+def _rank(key: CanonicalKey) -> tuple[int, int, int]:
+    known = 0 if key.updated_at_us is None else 1
+    return (key.length, known, key.updated_at_us or 0)
 
 
 def better(a: CanonicalKey, b: CanonicalKey) -> CanonicalKey:
@@ -33,7 +20,7 @@ def better(a: CanonicalKey, b: CanonicalKey) -> CanonicalKey:
     Longest normalized text wins, then the most recent ``updated_at`` (unknown is oldest), then
     the smallest id. The result depends only on the two keys, never on which came first.
     """
-    rank_a, rank_b = a._rank(), b._rank()
+    rank_a, rank_b = _rank(a), _rank(b)
     if rank_a != rank_b:
         return a if rank_a > rank_b else b
     return a if a.doc_id <= b.doc_id else b

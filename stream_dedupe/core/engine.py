@@ -17,8 +17,11 @@ from stream_dedupe.core.bandindex import LshIndex
 from stream_dedupe.core.batch import BatchPreparer, Prepared, rebuild_index
 from stream_dedupe.core.boilerplate import BoilerplateLearner
 from stream_dedupe.core.canonical import CanonicalKey
+from stream_dedupe.core.compacted import canonical_updates
 from stream_dedupe.core.cover import CoverChange, StateCoverGraph, later_neighbours, update_cover
 from stream_dedupe.core.detach import detach
+from stream_dedupe.core.fastpath import classify, decide_new
+from stream_dedupe.core.layout import resolve
 from stream_dedupe.core.records import Deletion, Document, Invalid, Record, parse_document
 from stream_dedupe.core.signer import Signed, Signer
 from stream_dedupe.core.unionfind import ClusterInfo, UnionFind
@@ -46,8 +49,12 @@ class DedupeEngine:
 
     """
 
+    #: Decide the documents that can only be new singletons together (:mod:`~stream_dedupe.core.fastpath`);
+    #: False sends every document through the per-document path (the tests compare the two).
+    fast_path = True
+
     def __init__(self, params: DedupeParams, store: KVStore, limits: RuntimeLimits | None = None) -> None:
-        self.params = params.resolved()
+        self.params = resolve(params)
         self.limits = limits or RuntimeLimits()
         self.store = store
         self.state = StateView(store)
@@ -61,14 +68,12 @@ class DedupeEngine:
         )
         self.preparer = BatchPreparer(self.params, self.state, self.signer, self.boilerplate, self.counters)
         self.seq = int(self.state.get_json(_SEQ_KEY) or 0)
-        bands, rows = self.params.band_layout
-        self.lsh = LshIndex(bands, rows, self.limits.max_bucket_size)
+        self.lsh = LshIndex(self.params.bands, self.params.rows, self.limits.max_bucket_size)
         self.rebuild_index()
 
     def rebuild_index(self) -> None:
         """Rebuild the in-memory band tables from the signatures in the state (start-up, recovery)."""
-        bands, rows = self.params.band_layout
-        self.lsh = LshIndex(bands, rows, self.limits.max_bucket_size)
+        self.lsh = LshIndex(self.params.bands, self.params.rows, self.limits.max_bucket_size)
         rebuild_index(self.store, self.lsh)
 
     def _check_params(self) -> None:
@@ -111,9 +116,20 @@ class DedupeEngine:
                 docs.append(record)
                 presigned.append(signed[i] if signed is not None else None)
         prepared = self.preparer.prepare(docs, presigned, self.lsh)
+        fast = classify(records, prepared, self.state, self.lsh) if self.fast_path else [False] * len(prepared)
+        self.preparer.prefetch_neighbours([p for p, f in zip(prepared, fast, strict=True) if not f], self.lsh)
+        # All of them at once, first: no record before a fast one reads what it writes (fastpath.py)
+        news = iter(
+            decide_new([p for p, f in zip(prepared, fast, strict=True) if f], self.state, self.lsh, self.counters)
+        )
         out: list[ev.Event] = []
-        it = iter(prepared)
+        k = 0
         for i, record in enumerate(records):
+            if isinstance(record, Document):
+                k += 1
+                if fast[k - 1]:
+                    out.append(next(news))
+                    continue
             if isinstance(record, Invalid):
                 self.counters["invalid"] += 1
                 self.counters[f"invalid:{record.reason}"] += 1
@@ -121,7 +137,7 @@ class DedupeEngine:
             elif isinstance(record, Deletion):
                 batch = self._delete(record.doc_id)
             else:
-                batch = self._decide(next(it), origins[i] if origins else None)
+                batch = self._decide(prepared[k - 1], origins[i] if origins else None)
             out.extend(batch)
         if self.boilerplate is not None and self.boilerplate.pending:
             out.extend(self._resign_carriers())
@@ -143,6 +159,9 @@ class DedupeEngine:
         ids = sorted(self.boilerplate.pending)
         self.boilerplate.pending.clear()
         docs = []
+        keys = [doc_id.encode("utf-8") for doc_id in ids]
+        self.state.prefetch("documents", keys)
+        self.state.prefetch("docs", keys)
         for doc_id in ids:
             raw = self.state.document_json(doc_id)
             record = None if raw is None else parse_document(raw, len(raw))
@@ -152,7 +171,10 @@ class DedupeEngine:
         texts = [learner.strip_and_count(d.text, d.source, count=False) for d in docs]
         events: list[ev.Event] = []
         kept = {key: self.counters[key] for key in _DOCUMENT_COUNTERS}
-        for item in self.preparer.keyed(docs, self.signer.sign(texts), self.lsh):
+        items = self.preparer.keyed(docs, self.signer.sign(texts), self.lsh)
+        self.state.prefetch("exact", [item.content_hash for item in items])
+        self.preparer.prefetch_neighbours(items, self.lsh)
+        for item in items:
             prior = self.state.doc(item.doc.doc_id)
             if prior is None or prior.content_hash == item.content_hash or item.tokens == 0:
                 continue
@@ -175,32 +197,7 @@ class DedupeEngine:
         ``(id, original JSON)`` for each document that is now a canonical and ``(id, None)`` (a
         tombstone) for each one that no longer is (or was deleted).
         """
-        touched: dict[str, None] = {}
-        for event in events:
-            kind = event["event"]
-            if kind in ("new", "duplicate-of", "deleted") or (kind == "invalid" and event["reason"] == "empty-text"):
-                # duplicate-of: a tombstone too when the id was a representative before (a re-crawl)
-                touched.pop(event["id"], None)
-                touched[event["id"]] = None
-            elif kind == "cover-changed":
-                for doc_id in (*event["entered"], *(left["id"] for left in event["left"])):
-                    touched.pop(doc_id, None)
-                    touched[doc_id] = None
-            elif kind in ("canonical-changed", "cluster-split"):
-                for doc_id in (
-                    event["previous"],
-                    event.get("canonical"),
-                    *(p["canonical"] for p in event.get("clusters", ())),
-                ):
-                    if doc_id is not None:
-                        touched.pop(doc_id, None)
-                        touched[doc_id] = None
-        updates: list[tuple[str, bytes | None]] = []
-        for doc_id in touched:
-            record = self.state.doc(doc_id)
-            indexed = record is not None and record.representative
-            updates.append((doc_id, self.state.document_json(doc_id) if indexed else None))
-        return updates
+        return canonical_updates(self.state, events)
 
     def commit(self, meta: dict[bytes, bytes | None] | None = None) -> None:
         """Write the staged state changes (and ``meta`` entries) atomically."""

@@ -25,6 +25,7 @@ import orjson
 
 from stream_dedupe.config import DedupeParams
 from stream_dedupe.core.kernels import text_stats
+from stream_dedupe.core.layout import resolve
 from stream_dedupe.core.minhash import MinHasher
 from stream_dedupe.core.normalize import Normalizer
 
@@ -72,7 +73,7 @@ def _same_array(a: np.ndarray | None, b: np.ndarray | None) -> bool:
 
 def params_fingerprint(params: DedupeParams) -> bytes:
     """8 bytes identifying every parameter that shapes a :class:`Signed` record."""
-    return mmh3.hash_bytes(orjson.dumps(params.resolved().to_state(), option=orjson.OPT_SORT_KEYS))[:8]
+    return mmh3.hash_bytes(orjson.dumps(resolve(params).to_state(), option=orjson.OPT_SORT_KEYS))[:8]
 
 
 class Signer:
@@ -84,7 +85,7 @@ class Signer:
     """
 
     def __init__(self, params: DedupeParams) -> None:
-        self.params = params.resolved()
+        self.params = resolve(params)
         self.normalizer = Normalizer(self.params.normalization)
         self.hasher = MinHasher(self.params.num_perm, self.params.seed, self.params.shingle)
         self.fingerprint = params_fingerprint(self.params)

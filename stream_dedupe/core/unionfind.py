@@ -12,23 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from stream_dedupe.core.canonical import CanonicalKey, better
+from stream_dedupe.core.canonical import better
+from stream_dedupe.model import CanonicalKey, ClusterInfo
 
-
-@dataclass(frozen=True)
-class ClusterInfo:
-    """What a cluster root records.
-
-    Attributes:
-        size: Number of members.
-        label: Smallest member id: the cluster's identity in events and exports.
-        canonical: The preferred member.
-
-    """
-
-    size: int
-    label: str
-    canonical: CanonicalKey
+__all__ = ["ClusterInfo", "ClusterStore", "MemoryClusterStore", "MergeResult", "UnionFind"]
 
 
 class ClusterStore(Protocol):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 
 def estimated_jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> float:
@@ -17,9 +18,35 @@ def estimated_jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> float:
     return float(np.count_nonzero(sig_a == sig_b)) / float(sig_a.shape[0])
 
 
+@njit(cache=True)
+def _sorted_intersection(a: np.ndarray, b: np.ndarray) -> int:  # pragma: no cover - jit
+    """Size of the intersection of two strictly increasing arrays (one merge); -1 if one is not."""
+    i = j = found = 0
+    for k in range(1, a.shape[0]):
+        if a[k] <= a[k - 1]:
+            return -1
+    for k in range(1, b.shape[0]):
+        if b[k] <= b[k - 1]:
+            return -1
+    while i < a.shape[0] and j < b.shape[0]:
+        if a[i] == b[j]:
+            found += 1
+            i += 1
+            j += 1
+        elif a[i] < b[j]:
+            i += 1
+        else:
+            j += 1
+    return found
+
+
 def exact_jaccard(set_a: np.ndarray, set_b: np.ndarray) -> float:
     """Exact Jaccard similarity of two sorted arrays of unique shingle hashes."""
     if set_a.size == 0 and set_b.size == 0:
         return 1.0
-    inter = np.intersect1d(set_a, set_b, assume_unique=True).size
+    inter = -1
+    if set_a.dtype == set_b.dtype and set_a.ndim == set_b.ndim == 1:
+        inter = int(_sorted_intersection(set_a, set_b))
+    if inter < 0:  # not sorted and unique (or mixed types): numpy's general answer
+        inter = np.intersect1d(set_a, set_b, assume_unique=True).size
     return inter / float(set_a.size + set_b.size - inter)

@@ -16,6 +16,7 @@ import orjson
 
 from stream_dedupe.config import DedupeParams
 from stream_dedupe.core.bandindex import LshIndex
+from stream_dedupe.core.layout import resolve
 from stream_dedupe.core.lsh import candidate_probability
 from stream_dedupe.core.minhash import MinHasher
 from stream_dedupe.core.normalize import Normalizer
@@ -55,7 +56,7 @@ def candidate_pairs(raws: list[bytes], params: DedupeParams) -> TuneResult:
         params: Engine parameters (bands and rows as the engine would choose them).
 
     """
-    params = params.resolved()
+    params = resolve(params)
     docs = [
         d for d in (orjson.loads(r) for r in raws) if isinstance(d.get("id"), str) and isinstance(d.get("text"), str)
     ]

@@ -7,15 +7,14 @@ storage engine; it works the same over the in-memory and the RocksDB adapters.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import orjson
 
-from stream_dedupe.core.canonical import CanonicalKey
-from stream_dedupe.core.unionfind import ClusterInfo
+from stream_dedupe.model import CanonicalKey, ClusterInfo
 from stream_dedupe.storage.base import NAMESPACES, KVStore
 
 _U32 = np.dtype("<u4")
@@ -63,6 +62,19 @@ class DocRecord:
             fields += [self.covered_by, self.covered_similarity]
         return orjson.dumps(fields)
 
+    @staticmethod
+    def encode_representative(
+        content_hash: bytes,
+        length: int,
+        updated_at_us: int | None,
+        tokens: int,
+        indexed: bool,
+        source: str | None,
+        title_key: str | None,
+    ) -> bytes:
+        """:meth:`encode` of a representative's record, without building the record first."""
+        return orjson.dumps([3, content_hash.hex(), length, updated_at_us, tokens, indexed, source, title_key])
+
     @classmethod
     def decode(cls, raw: bytes) -> DocRecord:
         """Inverse of :meth:`encode` (reads version 1 and 2 records too)."""
@@ -97,6 +109,19 @@ def _key(doc_id: str) -> bytes:
     return doc_id.encode("utf-8")
 
 
+def _decode_edges(raw: bytes) -> list[Edge]:
+    return [(o, s, e) for o, s, e in orjson.loads(raw)]
+
+
+def _decode_cluster(raw: bytes) -> ClusterInfo:
+    size, label, (cid, length, updated) = orjson.loads(raw)
+    return ClusterInfo(size, label, CanonicalKey(cid, length, updated))
+
+
+#: Namespaces whose decoded values :class:`StateView` keeps for the batch.
+_DECODED = ("exact", "edges", "clusters")
+
+
 class StateView:
     """Batch-scoped, typed view of the state; also the union-find's :class:`ClusterStore`.
 
@@ -109,6 +134,10 @@ class StateView:
         self.store = store
         self._cache: dict[str, dict[bytes, bytes | None]] = {ns: {} for ns in NAMESPACES}
         self._dirty: dict[str, set[bytes]] = {ns: set() for ns in NAMESPACES}
+        #: Decoded document records of this batch (a record is read many times per decision).
+        self._records: dict[str, DocRecord | None] = {}
+        #: Decoded values of the JSON namespaces read many times per decision (dropped on write).
+        self._decoded: dict[str, dict[bytes, Any]] = {ns: {} for ns in _DECODED}
 
     # -- raw access -------------------------------------------------------------------------
     def prefetch(self, namespace: str, keys: Sequence[bytes]) -> None:
@@ -129,6 +158,22 @@ class StateView:
         """Write into the overlay (None deletes)."""
         self._cache[namespace][key] = value
         self._dirty[namespace].add(key)
+        if namespace == "docs":
+            self._records.pop(key.decode("utf-8"), None)
+        elif namespace in _DECODED:
+            self._decoded[namespace].pop(key, None)
+
+    def put_many(self, namespace: str, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
+        """Write many keys into the overlay at once (None deletes)."""
+        self._cache[namespace].update(zip(keys, values, strict=True))
+        self._dirty[namespace].update(keys)
+        if namespace == "docs" and self._records:
+            for key in keys:
+                self._records.pop(key.decode("utf-8"), None)
+        elif namespace in _DECODED:
+            decoded = self._decoded[namespace]
+            for key in keys:
+                decoded.pop(key, None)
 
     def mark_absent(self, namespace: str, key: bytes) -> None:
         """Record in the overlay that ``key`` is known to be absent (saves a store read)."""
@@ -148,6 +193,21 @@ class StateView:
         for ns in NAMESPACES:
             self._cache[ns].clear()
             self._dirty[ns].clear()
+        self._records.clear()
+        for table in self._decoded.values():
+            table.clear()
+
+    def _decoded_value(self, namespace: str, key: bytes, decode: Callable[[bytes], Any]) -> Any:
+        """``decode`` of a value read through the overlay, decoded once per batch (None if missing)."""
+        table = self._decoded[namespace]
+        try:
+            return table[key]
+        except KeyError:
+            pass
+        raw = self.get(namespace, key)
+        value = None if raw is None else decode(raw)
+        table[key] = value
+        return value
 
     def get_json(self, key: bytes) -> Any:
         """A JSON value of the meta namespace, or None."""
@@ -161,12 +221,19 @@ class StateView:
     # -- documents --------------------------------------------------------------------------
     def doc(self, doc_id: str) -> DocRecord | None:
         """The record of a document, or None if unknown."""
+        try:
+            return self._records[doc_id]
+        except KeyError:
+            pass
         raw = self.get("docs", _key(doc_id))
-        return None if raw is None else DocRecord.decode(raw)
+        record = None if raw is None else DocRecord.decode(raw)
+        self._records[doc_id] = record
+        return record
 
     def put_doc(self, doc_id: str, record: DocRecord | None) -> None:
         """Write (or delete) a document record."""
         self.put("docs", _key(doc_id), None if record is None else record.encode())
+        self._records[doc_id] = record
 
     def document_json(self, doc_id: str) -> bytes | None:
         """The original JSON of a document."""
@@ -196,8 +263,8 @@ class StateView:
 
     # -- index ------------------------------------------------------------------------------
     def _id_list(self, namespace: str, key: bytes) -> list[str]:
-        raw = self.get(namespace, key)
-        return [] if raw is None else list(orjson.loads(raw))
+        ids = self._decoded_value(namespace, key, orjson.loads)
+        return [] if ids is None else list(ids)
 
     def _put_id_list(self, namespace: str, key: bytes, ids: list[str]) -> None:
         self.put(namespace, key, orjson.dumps(ids) if ids else None)
@@ -212,8 +279,8 @@ class StateView:
 
     def edges(self, doc_id: str) -> list[Edge]:
         """Verified pairs of a document: ``(other id, similarity, exact)``."""
-        raw = self.get("edges", _key(doc_id))
-        return [] if raw is None else [(o, s, e) for o, s, e in orjson.loads(raw)]
+        edges = self._decoded_value("edges", _key(doc_id), _decode_edges)
+        return [] if edges is None else list(edges)
 
     def put_edges(self, doc_id: str, edges: list[Edge]) -> None:
         """Replace a document's edges (empty deletes them)."""
@@ -231,11 +298,8 @@ class StateView:
 
     def get_cluster(self, root: str) -> ClusterInfo | None:
         """See :class:`~stream_dedupe.core.unionfind.ClusterStore`."""
-        raw = self.get("clusters", _key(root))
-        if raw is None:
-            return None
-        size, label, (cid, length, updated) = orjson.loads(raw)
-        return ClusterInfo(size, label, CanonicalKey(cid, length, updated))
+        info: ClusterInfo | None = self._decoded_value("clusters", _key(root), _decode_cluster)
+        return info
 
     def set_cluster(self, root: str, info: ClusterInfo | None) -> None:
         """See :class:`~stream_dedupe.core.unionfind.ClusterStore`."""
