@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -87,6 +88,14 @@ def _open_out(stack: ExitStack, path: str | None, mode: str) -> IO[bytes] | None
     if path == "-":
         return sys.stdout.buffer
     return stack.enter_context(open(path, mode))
+
+
+def _directory_bytes(path: Path) -> int:
+    """Bytes of the files directly in ``path`` (a RocksDB directory has no subdirectories), 0 if missing."""
+    try:
+        return sum(entry.stat().st_size for entry in os.scandir(path) if entry.is_file())
+    except FileNotFoundError:
+        return 0
 
 
 _D = DedupeParams()
@@ -174,17 +183,19 @@ def dedupe(
         check_new_state_dir(state)
         resolve_params(None, overrides).resolved()
 
+    from stream_dedupe.core import jit
     from stream_dedupe.core.engine import DedupeEngine, stored_params
     from stream_dedupe.embedded import resume_point, run
     from stream_dedupe.exports import iter_canonical_documents, summarize
     from stream_dedupe.reporting import ProgressReporter, print_summary, warm_kernels
     from stream_dedupe.storage.rocks import RocksStore
 
+    jit.choose(total_bytes(inputs), _directory_bytes(state))  # numba only for a big run
     store = RocksStore(state)
     with ExitStack() as stack:
         stack.callback(store.close)
         engine = DedupeEngine(resolve_params(stored_params(store), overrides), store, limits)
-        if progress:
+        if progress and jit.enabled():
             warm_kernels(err, engine.params)
         resuming = resume_point(store, inputs, deletions or ()) is not None
         events_out = _open_out(stack, events, "ab" if resuming else "wb")

@@ -37,9 +37,22 @@ def test_dedupe_imports_no_tool_or_worker_dependency(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr.decode()
     modules = set(orjson.loads(result.stdout.splitlines()[-1]))
     assert "stream_dedupe.core.kernels" in modules  # the probe did sign the document
-    for heavy in ("datasketch", "scipy.integrate", "scipy.special", "faust", "aiokafka", "matplotlib",
+    for heavy in ("numba", "llvmlite", "datasketch", "scipy", "faust", "aiokafka", "matplotlib",
                   "stream_dedupe.worker.cli", "rich.progress"):
         assert heavy not in modules, heavy
+
+
+def test_a_big_input_enables_numba_up_front(tmp_path: Path) -> None:
+    from stream_dedupe.core import jit
+
+    path = tmp_path / "big.jsonl"
+    line = orjson.dumps({"id": "a", "text": "the same words again " * 20}) + b"\n"
+    path.write_bytes(line * (jit.INPUT_BYTES // len(line) + 1))
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, str(path), str(tmp_path / "s")], capture_output=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    assert "numba" in set(orjson.loads(result.stdout.splitlines()[-1]))
 
 
 def test_worker_commands_are_still_registered_when_asked_for() -> None:

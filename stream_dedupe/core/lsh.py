@@ -5,8 +5,9 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
-from numba import njit
 
+from stream_dedupe.core import pure_kernels
+from stream_dedupe.core.jit import njit
 from stream_dedupe.errors import ConfigError
 
 #: Weights (false positive, false negative) given to datasketch's parameter optimizer. Recall is
@@ -48,7 +49,7 @@ def candidate_probability(similarity: float, bands: int, rows: int) -> float:
     return float(1.0 - (1.0 - similarity**rows) ** bands)
 
 
-@njit(cache=True)
+@njit(cache=True, pure=pure_kernels.band_hashes)
 def _band_hashes(signatures: np.ndarray, bands: int, rows: int) -> np.ndarray:  # pragma: no cover - jit
     n = signatures.shape[0]
     out = np.empty((n, bands), dtype=np.uint64)
