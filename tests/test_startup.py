@@ -37,9 +37,39 @@ def test_dedupe_imports_no_tool_or_worker_dependency(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr.decode()
     modules = set(orjson.loads(result.stdout.splitlines()[-1]))
     assert "stream_dedupe.core.kernels" in modules  # the probe did sign the document
-    for heavy in ("numba", "llvmlite", "datasketch", "scipy", "faust", "aiokafka", "matplotlib",
-                  "stream_dedupe.worker.cli", "rich.progress"):
+    for heavy in (
+        "numba",
+        "llvmlite",
+        "datasketch",
+        "scipy",
+        "pydantic",
+        "stream_dedupe.quality.cli",
+        "faust",
+        "aiokafka",
+        "matplotlib",
+        "stream_dedupe.worker.cli",
+        "rich.progress",
+    ):
         assert heavy not in modules, heavy
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [("--threshold", "high", "'high' is not a valid number"), ("--batch-size", "1.5", "'1.5' is not a valid integer")],
+)
+def test_options_converted_without_pydantic_still_say_what_is_wrong(
+    tmp_path: Path, option: str, value: str, message: str
+) -> None:
+    path = tmp_path / "one.jsonl"
+    path.write_bytes(b'{"id": "a", "text": "x"}\n')
+    result = subprocess.run(
+        [*CLI, "dedupe", str(path), "--state", str(tmp_path / "s"), option, value],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2 and message in result.stderr and option in result.stderr, result.stderr
+    assert not (tmp_path / "s").exists()
 
 
 def test_a_big_input_enables_numba_up_front(tmp_path: Path) -> None:
