@@ -152,6 +152,16 @@ def dedupe(
     max_bucket_size: Annotated[int, typer.Option(help="LSH bucket cap (hot buckets stop growing).")] = 500,
     batch_size: Annotated[int, typer.Option(help="Documents per batch and per atomic commit.")] = 512,
     strict: Annotated[bool, typer.Option(help="Exit 1 if any record was invalid.")] = False,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            help=default_help(
+                "Processes: sign in N-1 worker processes, decide in this one; the same events for any N "
+                "(1: one process; inputs under 4 MB or on stdin are signed in-process).",
+                "the usable cores",
+            )
+        ),
+    ] = None,
     progress: Annotated[
         bool, typer.Option(help="Progress on stderr (a bar on a terminal, else a line every 10 s).")
     ] = True,
@@ -189,11 +199,17 @@ def dedupe(
     from stream_dedupe.embedded import resume_point, run
     from stream_dedupe.exports import iter_canonical_documents, summarize
     from stream_dedupe.reporting import ProgressReporter, print_summary, warm_kernels
+    from stream_dedupe.sign_pool import start_pool, usable_cores
     from stream_dedupe.storage.rocks import RocksStore
 
+    if jobs is not None and jobs < 1:
+        raise ConfigError(f"--jobs must be at least 1, got {jobs}")
     jit.choose(total_bytes(inputs), _directory_bytes(state))  # numba only for a big run
-    store = RocksStore(state)
     with ExitStack() as stack:
+        pool = start_pool(usable_cores() if jobs is None else jobs, total_bytes(inputs))  # before RocksDB's threads
+        if pool is not None:
+            stack.callback(pool.close)
+        store = RocksStore(state)
         stack.callback(store.close)
         engine = DedupeEngine(resolve_params(stored_params(store), overrides), store, limits)
         if progress and jit.enabled():
@@ -202,7 +218,7 @@ def dedupe(
         events_out = _open_out(stack, events, "ab" if resuming else "wb")
         reporter = stack.enter_context(ProgressReporter(err, total_bytes(inputs), enabled=progress))
         result = run(
-            engine, inputs, events_out, limits.batch_size, limits.max_doc_bytes, reporter.update, deletions or ()
+            engine, inputs, events_out, limits.batch_size, limits.max_doc_bytes, reporter.update, deletions or (), pool
         )
         reporter.close()
         if result.interrupted:
