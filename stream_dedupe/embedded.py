@@ -12,7 +12,6 @@ import signal
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import islice
@@ -29,6 +28,8 @@ from stream_dedupe.storage.base import KVStore
 from stream_dedupe.storage.state import StateView
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from stream_dedupe.core.signer import Signed
     from stream_dedupe.sign_pool import SignPool
 
@@ -186,26 +187,47 @@ def _batches(lines: Iterator[InputLine], n: int, max_doc_bytes: int, deletions: 
 
 
 def _signed_elsewhere(engine: DedupeEngine, pool: SignPool, batches: Iterator[_Batch]) -> Iterator[_Batch]:
-    """The batches, in order, each with the records its documents were signed into by the pool.
+    """The batches, in order, each with the records the pool signed its documents into.
 
-    Up to ``pool.workers + 1`` batches are read and signing ahead of the one being decided.
+    While this process decides batch ``k``, the workers sign the next ones (``pool.workers``
+    batches read ahead). A batch that no worker could take in time (a worker is still busy, or
+    descheduled on a loaded machine) is signed here instead, by the engine (no signatures are
+    given for it), so a slow worker never stalls the decisions for more than one batch.
     """
-    pending: deque[tuple[list[InputLine], list[Record], Future[list[bytes]] | None]] = deque()
+    ahead: deque[_Ahead] = deque()
+    source = iter(batches)
+    while True:
+        while len(ahead) <= pool.workers:
+            item = next(source, None)
+            if item is None:
+                break
+            batch, records, _ = item
+            ahead.append(_Ahead(batch, records, [r.text for r in records if isinstance(r, Document)]))
+        if not ahead:
+            return
+        front = ahead.popleft()
+        busy = sum(1 for a in ahead if a.future is not None and not a.future.done())
+        for later in ahead:
+            if busy >= pool.workers:
+                break
+            if later.future is None and later.texts:
+                later.future = pool.submit(engine.signer, later.texts)
+                busy += 1
+        if front.future is None:
+            yield front.batch, front.records, None  # signed by the engine, here
+            continue
+        signed = iter(pool.result(engine.signer, front.future))
+        yield front.batch, front.records, [next(signed) if isinstance(r, Document) else None for r in front.records]
 
-    def ready() -> _Batch:
-        batch, records, future = pending.popleft()
-        if future is None:
-            return batch, records, None
-        signed = iter(pool.result(engine.signer, future))
-        return batch, records, [next(signed) if isinstance(r, Document) else None for r in records]
 
-    for batch, records, _ in batches:
-        texts = [r.text for r in records if isinstance(r, Document)]
-        pending.append((batch, records, pool.submit(engine.signer, texts) if texts else None))
-        if len(pending) > pool.workers:
-            yield ready()
-    while pending:
-        yield ready()
+@dataclass
+class _Ahead:
+    """A batch read ahead: its documents' texts, and the pool's work on them once submitted."""
+
+    batch: list[InputLine]
+    records: list[Record]
+    texts: list[str]
+    future: Future[list[bytes]] | None = None
 
 
 def _deletion(raw: bytes) -> Record:

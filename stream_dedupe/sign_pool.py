@@ -18,18 +18,19 @@ a main process that dies takes its workers with it.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from typing import TYPE_CHECKING
 
 from stream_dedupe.config import DedupeParams
 from stream_dedupe.core.signer import Signed, Signer
 from stream_dedupe.errors import StreamDedupeError
+
+if TYPE_CHECKING:  # concurrent.futures and multiprocessing: imported only when a pool starts
+    from concurrent.futures import Future
 
 #: Input bytes from which ``--jobs`` starts worker processes (smaller inputs sign in-process:
 #: the same threshold as numba's, which the workers need to be worth their start).
@@ -92,6 +93,9 @@ class SignPool:
     """
 
     def __init__(self, workers: int) -> None:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
         self.workers = workers
         self._executor = ProcessPoolExecutor(
             max_workers=workers,
@@ -108,6 +112,8 @@ class SignPool:
             SignPoolError: if a worker has died.
 
         """
+        from concurrent.futures.process import BrokenProcessPool
+
         try:
             return self._executor.submit(_sign, signer.params, list(texts))
         except BrokenProcessPool as exc:
@@ -121,6 +127,8 @@ class SignPool:
             SignPoolError: if the worker died or failed.
 
         """
+        from concurrent.futures.process import BrokenProcessPool
+
         try:
             blobs = future.result()
         except BrokenProcessPool as exc:

@@ -73,8 +73,8 @@ def test_the_pool_signs_the_documents_and_the_boilerplate_learner_sees_the_same(
         pool.close()
     assert out_alone.read_bytes() == out_pooled.read_bytes()
     assert alone.counters["presigned"] == 0
-    # every document was signed by a worker, except those the learner stripped a line from
-    assert pooled.counters["presigned"] > 0.8 * pooled.counters["documents"]
+    # the workers signed batches (this process signs the first one, and any a worker could not take)
+    assert 0 < pooled.counters["presigned"] < pooled.counters["documents"]
     assert pooled.counters["boilerplate_lines_stripped"] == alone.counters["boilerplate_lines_stripped"] > 0
 
 

@@ -49,6 +49,8 @@ def test_dedupe_imports_no_tool_or_worker_dependency(tmp_path: Path) -> None:
         "matplotlib",
         "stream_dedupe.worker.cli",
         "rich.progress",
+        "multiprocessing",  # --jobs starts no pool for a one-line file
+        "concurrent.futures",
     ):
         assert heavy not in modules, heavy
 
