@@ -10,7 +10,7 @@ import orjson
 import pytest
 from datasketch.lsh import _optimal_param
 
-from stream_dedupe.core.lsh import FP_FN_WEIGHTS, choose_bands
+from stream_dedupe.core.lsh import FP_FN_WEIGHTS, KNOWN_LAYOUTS, choose_bands
 from stream_dedupe.core.lsh_params import optimal_layout
 
 from .test_cli import CLI
@@ -52,6 +52,7 @@ def test_dedupe_imports_no_tool_or_worker_dependency(tmp_path: Path) -> None:
         "multiprocessing",  # --jobs starts no pool for a one-line file
         "concurrent.futures",
         "numpy.random",  # the permutations come from the standard library's MT19937
+        "numpy.polynomial",  # the band layout of the defaults is known, not integrated again
     ):
         assert heavy not in modules, heavy
 
@@ -102,6 +103,13 @@ def test_band_layout_is_datasketchs_without_scipy(threshold: float, num_perm: in
     expected = _optimal_param(threshold, num_perm, *FP_FN_WEIGHTS)
     assert optimal_layout(threshold, num_perm, FP_FN_WEIGHTS) == expected
     assert choose_bands(threshold, num_perm) == expected
+
+
+@pytest.mark.parametrize(("key", "layout"), sorted(KNOWN_LAYOUTS.items()))
+def test_the_known_layouts_are_the_computed_ones(key: tuple[float, int], layout: tuple[int, int]) -> None:
+    threshold, num_perm = key
+    assert optimal_layout(threshold, num_perm, FP_FN_WEIGHTS) == layout
+    assert _optimal_param(threshold, num_perm, *FP_FN_WEIGHTS) == layout
 
 
 def test_a_near_tie_is_left_to_datasketch() -> None:
