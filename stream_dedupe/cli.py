@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -12,7 +13,8 @@ import typer
 from rich.console import Console
 
 from stream_dedupe import __version__
-from stream_dedupe.cli_support import Commands, check_new_state_dir, check_outputs, is_state, open_existing
+from stream_dedupe.cli_coerce import FastCommands
+from stream_dedupe.cli_support import check_new_state_dir, check_outputs, is_state, open_existing
 from stream_dedupe.config import DedupeParams, NormalizationConfig, RuntimeLimits, ShingleSpec
 from stream_dedupe.errors import ConfigError, StreamDedupeError
 from stream_dedupe.options import (
@@ -32,7 +34,7 @@ from stream_dedupe.options import (
 
 app = typer.Typer(
     name="stream-dedupe",
-    cls=Commands,
+    cls=FastCommands,
     help="Remove near-duplicate documents from a crawl: MinHash + LSH + verification + clusters.",
     no_args_is_help=True,
     add_completion=False,
@@ -89,6 +91,14 @@ def _open_out(stack: ExitStack, path: str | None, mode: str) -> IO[bytes] | None
     return stack.enter_context(open(path, mode))
 
 
+def _directory_bytes(path: Path) -> int:
+    """Bytes of the files directly in ``path`` (a RocksDB directory has no subdirectories), 0 if missing."""
+    try:
+        return sum(entry.stat().st_size for entry in os.scandir(path) if entry.is_file())
+    except FileNotFoundError:
+        return 0
+
+
 _D = DedupeParams()
 _EVENTS_HELP = default_help("Write events as JSONL to this file (- for stdout).", "none")
 
@@ -142,6 +152,16 @@ def dedupe(
     max_bucket_size: Annotated[int, typer.Option(help="LSH bucket cap (hot buckets stop growing).")] = 500,
     batch_size: Annotated[int, typer.Option(help="Documents per batch and per atomic commit.")] = 512,
     strict: Annotated[bool, typer.Option(help="Exit 1 if any record was invalid.")] = False,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            help=default_help(
+                "Processes: sign in N-1 worker processes, decide in this one; the same events for any N "
+                "(1: one process; inputs under 4 MB or on stdin are signed in-process).",
+                "the usable cores",
+            )
+        ),
+    ] = None,
     progress: Annotated[
         bool, typer.Option(help="Progress on stderr (a bar on a terminal, else a line every 10 s).")
     ] = True,
@@ -176,23 +196,31 @@ def dedupe(
 
         resolve(resolve_params(None, overrides))
 
+    from stream_dedupe.core import jit
     from stream_dedupe.core.engine import DedupeEngine, stored_params
     from stream_dedupe.embedded import resume_point, run
     from stream_dedupe.exports import iter_canonical_documents, summarize
     from stream_dedupe.reporting import ProgressReporter, print_summary, warm_kernels
+    from stream_dedupe.sign_pool import start_pool, usable_cores
     from stream_dedupe.storage.rocks import RocksStore
 
-    store = RocksStore(state)
+    if jobs is not None and jobs < 1:
+        raise ConfigError(f"--jobs must be at least 1, got {jobs}")
+    jit.choose(total_bytes(inputs), _directory_bytes(state))  # numba only for a big run
     with ExitStack() as stack:
+        pool = start_pool(usable_cores() if jobs is None else jobs, total_bytes(inputs))  # before RocksDB's threads
+        if pool is not None:
+            stack.callback(pool.close)
+        store = RocksStore(state)
         stack.callback(store.close)
         engine = DedupeEngine(resolve_params(stored_params(store), overrides), store, limits)
-        if progress:
+        if progress and jit.enabled():
             warm_kernels(err, engine.params)
         resuming = resume_point(store, inputs, deletions or ()) is not None
         events_out = _open_out(stack, events, "ab" if resuming else "wb")
         reporter = stack.enter_context(ProgressReporter(err, total_bytes(inputs), enabled=progress))
         result = run(
-            engine, inputs, events_out, limits.batch_size, limits.max_doc_bytes, reporter.update, deletions or ()
+            engine, inputs, events_out, limits.batch_size, limits.max_doc_bytes, reporter.update, deletions or (), pool
         )
         reporter.close()
         if result.interrupted:
@@ -327,23 +355,35 @@ def boilerplate(
         store.close()
 
 
-#: Commands whose modules import heavy dependencies (Faust, aiokafka) at import time: registered
-#: only when asked for (or for the command list), so that ``dedupe`` starts without them.
-_WORKER_COMMANDS = ("worker", "produce")
+#: Commands whose modules import heavy dependencies (Faust, aiokafka) at import time are
+#: registered only when asked for (or for the command list), so that ``dedupe`` starts without them.
+
+
+def _name(command: Any) -> str:
+    return str(command.name or getattr(command.callback, "__name__", ""))
 
 
 def _registered() -> set[str]:
-    return {str(c.name or getattr(c.callback, "__name__", "")) for c in app.registered_commands}
+    return {_name(c) for c in app.registered_commands}
 
 
 def _register_commands(argv: list[str]) -> None:
+    """Register the commands this invocation can reach.
+
+    A run of one of this module's commands keeps only that one: typer builds every registered
+    command's options (type hints, defaults) before parsing, ~20 ms of start-up for the others.
+    The command list (``--help``), an unknown name and the other commands see all of them.
+    """
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    if command is not None and command in _registered() and "eval" not in _registered():
+        app.registered_commands = [c for c in app.registered_commands if _name(c) == command]
+        return
     from stream_dedupe.quality.cli import eval_command, tune
 
     if "eval" not in _registered():
         app.command("eval")(eval_command)
         app.command()(tune)
-    command = next((arg for arg in argv if not arg.startswith("-")), None)
-    if (command is None or command in _WORKER_COMMANDS) and "worker" not in _registered():
+    if (command is None or command not in _registered()) and "worker" not in _registered():
         from stream_dedupe.worker.cli import produce, worker
 
         app.command()(worker)

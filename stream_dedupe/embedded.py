@@ -10,21 +10,28 @@ from __future__ import annotations
 
 import signal
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import islice
 from types import FrameType
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
 from stream_dedupe.core.engine import DedupeEngine
 from stream_dedupe.core.events import Event
-from stream_dedupe.core.records import Deletion, Invalid, Record, parse_document
+from stream_dedupe.core.records import Deletion, Document, Invalid, Record, parse_document
 from stream_dedupe.inputs import InputLine, identity, read_lines
 from stream_dedupe.storage.base import KVStore
 from stream_dedupe.storage.state import StateView
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+    from stream_dedupe.core.signer import Signed
+    from stream_dedupe.sign_pool import SignPool
 
 _RUN_KEY = b"run"
 
@@ -97,6 +104,7 @@ def run(
     max_doc_bytes: int,
     progress: ProgressHook | None = None,
     deletion_paths: Sequence[str] = (),
+    pool: SignPool | None = None,
 ) -> RunResult:
     """Dedupe ``paths`` into the engine's state, writing one event line per event to ``events_out``.
 
@@ -109,6 +117,8 @@ def run(
         batch_size: Records per engine batch (and per atomic commit).
         max_doc_bytes: Records above this size are ``invalid`` (``too-large``).
         progress: Called after each committed batch.
+        pool: Worker processes that sign the documents (``--jobs``); None signs in this process.
+            The events are the same either way.
 
     Returns:
         What was done.
@@ -127,13 +137,13 @@ def run(
         for file_index in range(start_file, len(sources)):
             skip = start_line if file_index == start_file else 0
             path, deletions = sources[file_index]
-            lines = read_lines(path, skip)
+            batches = _batches(read_lines(path, skip), batch_size, max_doc_bytes, deletions)
+            if pool is not None and not deletions:
+                batches = _signed_elsewhere(engine, pool, batches)
             consumed = skip
-            while True:
-                batch = _take(lines, batch_size)
-                if not batch:
-                    break
-                events = _process(engine, batch, max_doc_bytes, deletions)
+            for batch, records, signed in batches:
+                origins = [{"source": item.source, "line": item.line} for item in batch]
+                events = engine.process(records, origins, signed)
                 _write(events_out, events)
                 for event in events:
                     result.counters[event["event"]] += 1
@@ -156,26 +166,68 @@ def run(
     return result
 
 
-def _take(lines: Iterator[InputLine], n: int) -> list[InputLine]:
-    batch = []
-    for line in lines:
-        batch.append(line)
-        if len(batch) == n:
-            break
-    return batch
+#: A batch of input lines, their records, and (when signed by a worker process) their signatures.
+_Batch = tuple[list[InputLine], list[Record], list["Signed | None"] | None]
 
 
-def _process(engine: DedupeEngine, batch: list[InputLine], max_doc_bytes: int, deletions: bool) -> list[Event]:
-    records: list[Record] = []
-    for item in batch:
-        if deletions:
-            records.append(_deletion(item.raw))
-        elif item.raw.strip():
-            records.append(parse_document(item.raw, max_doc_bytes))
-        else:
-            records.append(Invalid("not-json", "empty line (every line must be one JSON document)"))
-    origins = [{"source": item.source, "line": item.line} for item in batch]
-    return engine.process(records, origins)
+def _batches(lines: Iterator[InputLine], n: int, max_doc_bytes: int, deletions: bool) -> Iterator[_Batch]:
+    while True:
+        batch = list(islice(lines, n))
+        if not batch:
+            return
+        records: list[Record] = []
+        for item in batch:
+            if deletions:
+                records.append(_deletion(item.raw))
+            elif item.raw.strip():
+                records.append(parse_document(item.raw, max_doc_bytes))
+            else:
+                records.append(Invalid("not-json", "empty line (every line must be one JSON document)"))
+        yield batch, records, None
+
+
+def _signed_elsewhere(engine: DedupeEngine, pool: SignPool, batches: Iterator[_Batch]) -> Iterator[_Batch]:
+    """The batches, in order, each with the records the pool signed its documents into.
+
+    While this process decides batch ``k``, the workers sign the next ones (``pool.workers``
+    batches read ahead). A batch that no worker could take in time (a worker is still busy, or
+    descheduled on a loaded machine) is signed here instead, by the engine (no signatures are
+    given for it), so a slow worker never stalls the decisions for more than one batch.
+    """
+    ahead: deque[_Ahead] = deque()
+    source = iter(batches)
+    while True:
+        while len(ahead) <= pool.workers:
+            item = next(source, None)
+            if item is None:
+                break
+            batch, records, _ = item
+            ahead.append(_Ahead(batch, records, [r.text for r in records if isinstance(r, Document)]))
+        if not ahead:
+            return
+        front = ahead.popleft()
+        busy = sum(1 for a in ahead if a.future is not None and not a.future.done())
+        for later in ahead:
+            if busy >= pool.workers:
+                break
+            if later.future is None and later.texts:
+                later.future = pool.submit(engine.signer, later.texts)
+                busy += 1
+        if front.future is None:
+            yield front.batch, front.records, None  # signed by the engine, here
+            continue
+        signed = iter(pool.result(engine.signer, front.future))
+        yield front.batch, front.records, [next(signed) if isinstance(r, Document) else None for r in front.records]
+
+
+@dataclass
+class _Ahead:
+    """A batch read ahead: its documents' texts, and the pool's work on them once submitted."""
+
+    batch: list[InputLine]
+    records: list[Record]
+    texts: list[str]
+    future: Future[list[bytes]] | None = None
 
 
 def _deletion(raw: bytes) -> Record:

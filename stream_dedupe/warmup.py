@@ -1,6 +1,8 @@
 """The compiled kernels' first compilation: detect it, and do it ahead of the first real batch.
 
-Every kernel is a numba function with ``cache=True``: numba compiles it on first use and writes
+Every kernel is a numba function with ``cache=True`` (declared with
+:func:`stream_dedupe.core.jit.njit`, so numba is imported only by :func:`~stream_dedupe.core.jit.enable`,
+which everything here calls first): numba compiles it on first use and writes
 the machine code to its cache (``__pycache__`` beside the source when writable, else
 ``NUMBA_CACHE_DIR`` or the user cache); later processes load it. :func:`warm` runs the engine on
 two tiny documents in memory, so that every kernel of the ``dedupe`` path is compiled or loaded
@@ -18,16 +20,20 @@ from stream_dedupe.config import DedupeParams
 
 
 def _kernel_modules() -> list[ModuleType]:
-    from stream_dedupe.core import bandindex, kernels, lsh
+    from stream_dedupe.core import bandindex, kernels, lineform, lsh, verify
 
-    return [kernels, lsh, bandindex]
+    return [kernels, lsh, bandindex, lineform, verify]
 
 
 def _dispatchers(modules: list[ModuleType] | None = None) -> list[Any]:
+    from stream_dedupe.core import jit
+
+    mods = modules or _kernel_modules()
+    jit.enable()
     from numba.core.dispatcher import Dispatcher
 
     found = []
-    for module in modules or _kernel_modules():
+    for module in mods:
         for value in vars(module).values():
             # inlined helpers are compiled into their callers, never cached on their own
             if isinstance(value, Dispatcher) and value.targetoptions.get("inline") != "always":
@@ -72,11 +78,13 @@ def warm(params: DedupeParams | None = None) -> float:
     """Compile (or load) every kernel of the dedupe path; return the seconds it took."""
     import orjson
 
+    from stream_dedupe.core import jit
     from stream_dedupe.core.engine import DedupeEngine
     from stream_dedupe.core.records import Deletion, parse_document
     from stream_dedupe.storage.memory import MemoryStore
 
     started = time.perf_counter()
+    jit.enable()
     params = params or DedupeParams()
     text = " ".join(f"warm{i}" for i in range(max(params.min_tokens, 1) * 3))
     pair = (("a", text), ("b", text + " x"))
@@ -85,6 +93,9 @@ def warm(params: DedupeParams | None = None) -> float:
     engine.process(records)
     engine.process([Deletion("b")])
     engine.commit()
+    from stream_dedupe.core.bandindex import BandIndex
+
+    BandIndex(2, 2, capacity=2)._grow()  # the rehash kernel runs only when a table grows
     return time.perf_counter() - started
 
 

@@ -10,7 +10,7 @@ import orjson
 import pytest
 from datasketch.lsh import _optimal_param
 
-from stream_dedupe.core.lsh import FP_FN_WEIGHTS, choose_bands
+from stream_dedupe.core.lsh import FP_FN_WEIGHTS, KNOWN_LAYOUTS, choose_bands
 from stream_dedupe.core.lsh_params import optimal_layout
 
 from .test_cli import CLI
@@ -37,9 +37,56 @@ def test_dedupe_imports_no_tool_or_worker_dependency(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr.decode()
     modules = set(orjson.loads(result.stdout.splitlines()[-1]))
     assert "stream_dedupe.core.kernels" in modules  # the probe did sign the document
-    for heavy in ("datasketch", "scipy.integrate", "scipy.special", "faust", "aiokafka", "matplotlib",
-                  "stream_dedupe.worker.cli", "rich.progress"):
+    for heavy in (
+        "numba",
+        "llvmlite",
+        "datasketch",
+        "scipy",
+        "pydantic",
+        "stream_dedupe.quality.cli",
+        "faust",
+        "aiokafka",
+        "matplotlib",
+        "stream_dedupe.worker.cli",
+        "rich.progress",
+        "multiprocessing",  # --jobs starts no pool for a one-line file
+        "concurrent.futures",
+        "numpy.random",  # the permutations come from the standard library's MT19937
+        "numpy.polynomial",  # the band layout of the defaults is known, not integrated again
+    ):
         assert heavy not in modules, heavy
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [("--threshold", "high", "'high' is not a valid number"), ("--batch-size", "1.5", "'1.5' is not a valid integer")],
+)
+def test_options_converted_without_pydantic_still_say_what_is_wrong(
+    tmp_path: Path, option: str, value: str, message: str
+) -> None:
+    path = tmp_path / "one.jsonl"
+    path.write_bytes(b'{"id": "a", "text": "x"}\n')
+    result = subprocess.run(
+        [*CLI, "dedupe", str(path), "--state", str(tmp_path / "s"), option, value],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2 and message in result.stderr and option in result.stderr, result.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_big_input_enables_numba_up_front(tmp_path: Path) -> None:
+    from stream_dedupe.core import jit
+
+    path = tmp_path / "big.jsonl"
+    line = orjson.dumps({"id": "a", "text": "the same words again " * 20}) + b"\n"
+    path.write_bytes(line * (jit.INPUT_BYTES // len(line) + 1))
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, str(path), str(tmp_path / "s")], capture_output=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    assert "numba" in set(orjson.loads(result.stdout.splitlines()[-1]))
 
 
 def test_worker_commands_are_still_registered_when_asked_for() -> None:
@@ -56,6 +103,13 @@ def test_band_layout_is_datasketchs_without_scipy(threshold: float, num_perm: in
     expected = _optimal_param(threshold, num_perm, *FP_FN_WEIGHTS)
     assert optimal_layout(threshold, num_perm, FP_FN_WEIGHTS) == expected
     assert choose_bands(threshold, num_perm) == expected
+
+
+@pytest.mark.parametrize(("key", "layout"), sorted(KNOWN_LAYOUTS.items()))
+def test_the_known_layouts_are_the_computed_ones(key: tuple[float, int], layout: tuple[int, int]) -> None:
+    threshold, num_perm = key
+    assert optimal_layout(threshold, num_perm, FP_FN_WEIGHTS) == layout
+    assert _optimal_param(threshold, num_perm, *FP_FN_WEIGHTS) == layout
 
 
 def test_a_near_tie_is_left_to_datasketch() -> None:

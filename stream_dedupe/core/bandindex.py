@@ -13,8 +13,8 @@ the band hash, which also picks the slot (so a table can be rehashed from its ke
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from stream_dedupe.core.jit import njit  # numba itself only once the work repays it
 from stream_dedupe.core.lsh import band_hashes
 
 _EMPTY = -1

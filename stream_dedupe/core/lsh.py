@@ -5,13 +5,27 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
-from numba import njit
 
+from stream_dedupe.core import pure_kernels
+from stream_dedupe.core.jit import njit
 from stream_dedupe.errors import ConfigError
 
 #: Weights (false positive, false negative) given to datasketch's parameter optimizer. Recall is
 #: what banding can lose for good; precision is restored by verification, so misses cost more.
 FP_FN_WEIGHTS = (0.5, 0.5)
+
+
+#: :func:`choose_bands` of the usual LSH thresholds (threshold - margin, rounded to 6 digits) and
+#: sizes, computed once by ``lsh_params.optimal_layout``: the quadrature costs ~20 ms of every
+#: start-up. ``tests/test_startup.py`` checks each entry against it and against datasketch.
+KNOWN_LAYOUTS: dict[tuple[float, int], tuple[int, int]] = {
+    (0.5, 64): (14, 4), (0.5, 128): (25, 5), (0.5, 256): (42, 6),
+    (0.55, 64): (12, 5), (0.55, 128): (21, 6), (0.55, 256): (36, 7),
+    (0.6, 64): (10, 6), (0.6, 128): (18, 7), (0.6, 256): (32, 8),
+    (0.65, 64): (9, 7), (0.65, 128): (16, 8), (0.65, 256): (28, 9),
+    (0.7, 64): (8, 8), (0.7, 128): (14, 9), (0.7, 256): (25, 10),
+    (0.75, 64): (7, 9), (0.75, 128): (11, 11), (0.75, 256): (21, 12),
+}  # fmt: skip
 
 
 @lru_cache(maxsize=64)
@@ -32,6 +46,9 @@ def choose_bands(lsh_threshold: float, num_perm: int) -> tuple[int, int]:
             f"the LSH threshold (threshold - lsh_margin) must be in (0, 1), got {lsh_threshold}: "
             "lower --lsh-margin or raise --threshold"
         )
+    known = KNOWN_LAYOUTS.get((lsh_threshold, num_perm))
+    if known is not None:
+        return known
     from stream_dedupe.core.lsh_params import optimal_layout
 
     layout = optimal_layout(lsh_threshold, num_perm, FP_FN_WEIGHTS)  # the same choice, without scipy
@@ -48,7 +65,7 @@ def candidate_probability(similarity: float, bands: int, rows: int) -> float:
     return float(1.0 - (1.0 - similarity**rows) ** bands)
 
 
-@njit(cache=True)
+@njit(cache=True, pure=pure_kernels.band_hashes)
 def _band_hashes(signatures: np.ndarray, bands: int, rows: int) -> np.ndarray:  # pragma: no cover - jit
     n = signatures.shape[0]
     out = np.empty((n, bands), dtype=np.uint64)

@@ -24,7 +24,7 @@ import numpy as np
 import orjson
 
 from stream_dedupe.config import DedupeParams
-from stream_dedupe.core.kernels import text_stats
+from stream_dedupe.core import jit, kernels
 from stream_dedupe.core.layout import resolve
 from stream_dedupe.core.minhash import MinHasher
 from stream_dedupe.core.normalize import Normalizer
@@ -99,9 +99,10 @@ class Signer:
         """Sign texts (already stripped of learned boilerplate, if any) in one vectorized batch."""
         if not texts:
             return []
+        jit.note_batch(len(texts))
         buf, offsets = self.normalizer.normalize_batch(list(texts))
         data = buf.tobytes()
-        chars, tokens = text_stats(buf, offsets)
+        chars, tokens = kernels.text_stats(buf, offsets)
         bounds = offsets.tolist()
         hashes, shingle_bounds = self.hasher.shingle_hashes_packed(buf, offsets)
         signatures = self.hasher.signatures_from_hashes(hashes, shingle_bounds)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from stream_dedupe.core.jit import njit
 
 
 def estimated_jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> float:
@@ -18,7 +19,14 @@ def estimated_jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> float:
     return float(np.count_nonzero(sig_a == sig_b)) / float(sig_a.shape[0])
 
 
-@njit(cache=True)
+def _sorted_intersection_pure(a: np.ndarray, b: np.ndarray) -> int:
+    """:func:`_sorted_intersection` without numba (same answer)."""
+    if bool(np.any(a[1:] <= a[:-1])) or bool(np.any(b[1:] <= b[:-1])):
+        return -1
+    return int(np.intersect1d(a, b, assume_unique=True).size)
+
+
+@njit(cache=True, pure=_sorted_intersection_pure)
 def _sorted_intersection(a: np.ndarray, b: np.ndarray) -> int:  # pragma: no cover - jit
     """Size of the intersection of two strictly increasing arrays (one merge); -1 if one is not."""
     i = j = found = 0

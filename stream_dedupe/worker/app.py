@@ -324,8 +324,10 @@ def _warm_up(engine: DedupeEngine) -> None:
     imports: ~0.3 s that would otherwise stall the first batch of records (and every record
     queued behind it: the p99 latency of a fresh worker).
     """
+    from stream_dedupe.core import jit
     from stream_dedupe.storage.memory import MemoryStore
 
+    jit.enable()  # a long-running worker: numba now, not in the middle of its first big batch
     words = " ".join(f"w{i % 97} x{i % 13}" for i in range(200))
     docs = [orjson.dumps({"id": f"warm-up-{i}", "text": words + (" end" * i)}) for i in range(3)]
     try:

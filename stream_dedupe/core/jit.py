@@ -1,0 +1,176 @@
+"""Kernels that import numba only when the work repays it.
+
+Importing numba and loading the cached machine code costs about 0.7 s of CPU, more than deduping
+a small file takes. ``@njit`` from this module marks a function as a numba kernel *without*
+importing numba: until :func:`enable` is called, a call runs a pure numpy/Python implementation
+(the ``pure=`` function when one is given, else the kernel's own Python code, which numba code
+is). :func:`enable` imports numba, compiles (or loads from numba's on-disk cache) every kernel,
+and rebinds the module globals to numba's dispatchers, so compiled kernels call each other
+natively and later calls pay no indirection.
+
+Every pure implementation gives the same results bit for bit (``tests/test_pure_kernels.py``
+checks them against the compiled kernels and against datasketch). Who enables numba: the
+signer, for a batch big enough to repay it (:func:`note_batch`), the command line for a big input
+or state (which otherwise holds the process pure: :func:`stay_pure`),
+:func:`stream_dedupe.warmup.warm`, and, as a backstop for any other caller, the
+:data:`PURE_CALLS` th call of a kernel in pure mode.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Documents in one signing batch from which numba is enabled (measured: the pure path signs a
+#: ~1.8 KB document in ~0.28 ms, the compiled one in ~0.045 ms, and numba's import and cached
+#: kernels cost ~0.7 s once; a full batch usually means more input behind it).
+SIGN_DOCS = 64
+#: Kernel calls in pure mode after which numba is enabled anyway (a long run of tiny batches).
+PURE_CALLS = 4096
+
+#: ``STREAM_DEDUPE_JIT``: ``auto`` (default), ``on`` (numba from the first kernel call) or ``off``
+#: (pure unless :func:`enable` is called: for tests and measurements).
+MODE = os.environ.get("STREAM_DEDUPE_JIT", "auto")
+
+_lock = threading.Lock()
+_enabled = False
+_auto = MODE != "off"
+_pure_calls = 0
+_kernels: list[LazyKernel] = []
+
+
+class LazyKernel:
+    """A numba kernel that runs its pure implementation until :func:`enable`.
+
+    Args:
+        py_func: The kernel (numba-compatible Python).
+        options: Options for ``numba.njit``.
+        pure: A faster pure implementation with the same results, or None to run ``py_func``.
+
+    """
+
+    def __init__(self, py_func: Callable[..., Any], options: dict[str, Any], pure: Callable[..., Any] | None) -> None:
+        self.py_func = py_func
+        self.options = options
+        self.pure = pure or py_func
+        self.dispatcher: Any = None
+        functools.update_wrapper(self, py_func)
+
+    def __call__(self, *args: Any) -> Any:
+        """Run the compiled kernel when numba is enabled, else the pure implementation."""
+        global _pure_calls
+        if not _enabled:
+            _pure_calls += 1
+            if (_pure_calls <= PURE_CALLS and MODE != "on") or not _auto:
+                return self.pure(*args)
+            enable()
+        return self.dispatcher(*args)
+
+
+@overload
+def njit(func: F, /) -> F: ...
+@overload
+def njit(*, pure: Callable[..., Any] | None = None, **options: Any) -> Callable[[F], F]: ...
+def njit(func: Callable[..., Any] | None = None, /, *, pure: Callable[..., Any] | None = None, **options: Any) -> Any:
+    """``numba.njit`` without importing numba: ``@njit``, ``@njit(cache=True)``, ``@njit(pure=f)``.
+
+    Args:
+        func: The kernel, when used as a bare decorator.
+        pure: A pure numpy/Python implementation with bit-identical results (default: the
+            kernel's own code, run by the interpreter).
+        options: Options for ``numba.njit`` (``cache``, ``inline``, ...).
+
+    Returns:
+        A :class:`LazyKernel` (a numba dispatcher if numba is already enabled), or a decorator;
+        typed as the function itself, which it is called like.
+
+    """
+
+    def wrap(py_func: Callable[..., Any]) -> Any:
+        kernel = LazyKernel(py_func, options, pure)
+        with _lock:
+            _kernels.append(kernel)
+            if _enabled:
+                return _compile(kernel)
+        return kernel
+
+    return wrap(func) if func is not None else wrap
+
+
+def _compile(kernel: LazyKernel) -> Any:
+    import numba
+
+    kernel.dispatcher = numba.njit(**kernel.options)(kernel.py_func)
+    return kernel.dispatcher
+
+
+def enable() -> None:
+    """Import numba and switch every kernel (present and future) to its compiled form (idempotent).
+
+    Each kernel is compiled, or loaded from numba's cache, on its first call.
+    """
+    global _enabled
+    if _enabled:
+        return
+    with _lock:
+        if _enabled:
+            return
+        for kernel in _kernels:
+            _compile(kernel)
+        for kernel in _kernels:  # compiled callers resolve their callees through the module globals
+            module = sys.modules[kernel.py_func.__module__]
+            if getattr(module, kernel.py_func.__name__, None) is kernel:
+                setattr(module, kernel.py_func.__name__, kernel.dispatcher)
+        _enabled = True
+
+
+def note_batch(docs: int) -> None:
+    """Enable numba for a signing batch of at least :data:`SIGN_DOCS` documents (unless held pure)."""
+    if (docs >= SIGN_DOCS or MODE == "on") and _auto and not _enabled:
+        enable()
+
+
+#: Input plus state bytes from which the command line enables numba up front (measured on ~1.8 KB
+#: documents, BENCHMARKS.md "Start-up": below ~2,000 documents the pure path finishes first).
+INPUT_BYTES = 4 << 20
+
+
+def choose(input_bytes: int | None, state_bytes: int) -> None:
+    """For a run over a known amount of data: numba up front when it is big, else pure throughout.
+
+    Args:
+        input_bytes: Bytes of input (None: unknown, standard input; the batches decide then).
+        state_bytes: Bytes of the existing state (its band tables are rebuilt at start-up).
+
+    """
+    if MODE == "off" or input_bytes is None:
+        return
+    if MODE == "on" or input_bytes + state_bytes >= INPUT_BYTES:
+        enable()
+    else:
+        stay_pure()
+
+
+def stay_pure() -> None:
+    """Never enable numba by itself in this process (the caller knows the whole input is small).
+
+    :func:`enable` still works.
+    """
+    global _auto
+    _auto = False
+
+
+def enabled() -> bool:
+    """True once numba is imported and the kernels run compiled."""
+    return _enabled
+
+
+def kernels() -> list[LazyKernel]:
+    """Every kernel declared so far (their ``dispatcher`` is set once numba is enabled)."""
+    return list(_kernels)

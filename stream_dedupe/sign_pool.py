@@ -1,0 +1,160 @@
+"""Signing in worker processes: ``dedupe --jobs N`` signs in N - 1 processes and decides in one.
+
+Signing (normalize, shingle, MinHash) depends only on a document's text and the index
+parameters, never on the state, so it can run anywhere; the decisions stay in the main process,
+in input order. Each batch of documents goes to a worker as one task; the worker returns the
+encoded :class:`~stream_dedupe.core.signer.Signed` records (:func:`~stream_dedupe.core.signer.encode_signed`,
+with the parameters' fingerprint), which the engine takes as presigned records. With learned
+boilerplate the workers sign the unstripped text and the engine signs again, itself, the
+documents a learned line is stripped from (as it does for the Kafka worker's sign stage), so the
+events are the same, byte for byte, for any N.
+
+The pool is made with the ``fork`` start method *before* the state is opened (no RocksDB threads
+yet) and after the compiled kernels are loaded, so the workers start in milliseconds with the
+kernels in memory. They ignore SIGINT: Ctrl-C stops the main process cleanly after its current
+batch, as without a pool. A worker that dies makes the next result raise :class:`SignPoolError`;
+a main process that dies takes its workers with it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from stream_dedupe.config import DedupeParams
+from stream_dedupe.core.signer import Signed, Signer
+from stream_dedupe.errors import StreamDedupeError
+
+if TYPE_CHECKING:  # concurrent.futures and multiprocessing: imported only when a pool starts
+    from concurrent.futures import Future
+
+#: Input bytes from which ``--jobs`` starts worker processes (smaller inputs sign in-process:
+#: the same threshold as numba's, which the workers need to be worth their start).
+POOL_BYTES = 4 << 20
+
+_signers: dict[DedupeParams, Signer] = {}
+_DIED = (
+    "a signing worker process died (killed, or out of memory?); the state is consistent up to the last "
+    "committed batch: run the same command again to resume (--jobs 1 signs in one process)"
+)
+
+
+class SignPoolError(StreamDedupeError):
+    """A signing worker process failed; the message says what to do."""
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _init_worker(parent: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C
+    # A worker must not outlive its parent (kill -9 of the main process): it would keep the
+    # parent's stdout/stderr open, and whoever waits for them would hang. Linux kills it at
+    # once; elsewhere the watchdog notices within a second.
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # pragma: no cover - not Linux/glibc
+        pass
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="sd-watch-parent").start()
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)
+
+
+def _sign(params: DedupeParams, texts: list[str]) -> list[bytes]:
+    signer = _signers.get(params)
+    if signer is None:
+        signer = _signers[params] = Signer(params)
+    return [signer.encode(s) for s in signer.sign(texts)]
+
+
+class SignPool:
+    """Worker processes that sign batches of texts, results in submission order.
+
+    Args:
+        workers: Number of worker processes (at least 1).
+
+    """
+
+    def __init__(self, workers: int) -> None:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        self.workers = workers
+        self._executor = ProcessPoolExecutor(
+            max_workers=workers,
+            mp_context=multiprocessing.get_context("fork"),
+            initializer=_init_worker,
+            initargs=(os.getpid(),),
+        )
+        self._executor.submit(os.getpid).result()  # fork every worker now (the executor forks on first use)
+
+    def submit(self, signer: Signer, texts: Sequence[str]) -> Future[list[bytes]]:
+        """Start signing ``texts`` with ``signer``'s parameters in a worker.
+
+        Raises:
+            SignPoolError: if a worker has died.
+
+        """
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            return self._executor.submit(_sign, signer.params, list(texts))
+        except BrokenProcessPool as exc:
+            raise SignPoolError(_DIED) from exc
+
+    @staticmethod
+    def result(signer: Signer, future: Future[list[bytes]]) -> list[Signed | None]:
+        """The records of a submitted batch (None for any the signer does not accept).
+
+        Raises:
+            SignPoolError: if the worker died or failed.
+
+        """
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            blobs = future.result()
+        except BrokenProcessPool as exc:
+            raise SignPoolError(_DIED) from exc
+        except Exception as exc:
+            raise SignPoolError(
+                f"a signing worker process failed: {exc!r}; run the same command again to resume, "
+                "with --jobs 1 to see the error in the main process"
+            ) from exc
+        return [signer.decode(blob) for blob in blobs]
+
+    def close(self) -> None:
+        """Stop the workers (pending batches are dropped)."""
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+def start_pool(jobs: int, input_bytes: int | None) -> SignPool | None:
+    """A pool of ``jobs - 1`` workers when ``jobs > 1`` and the input is big enough, else None.
+
+    Loads the compiled kernels first (numba), so that the forked workers have them.
+    """
+    threshold = int(os.environ.get("STREAM_DEDUPE_POOL_BYTES", POOL_BYTES))  # tests: a pool for a small input
+    if jobs <= 1 or input_bytes is None or input_bytes < threshold:
+        return None
+    from stream_dedupe.core import jit
+
+    jit.enable()
+    Signer(DedupeParams()).sign(["load the compiled signing kernels before forking the workers"])
+    return SignPool(jobs - 1)

@@ -1,0 +1,165 @@
+"""``dedupe --jobs N``: signing in worker processes changes no event, and fails or stops cleanly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from stream_dedupe.config import BoilerplateConfig, DedupeParams, RuntimeLimits
+from stream_dedupe.core.engine import DedupeEngine
+from stream_dedupe.embedded import run
+from stream_dedupe.sign_pool import SignPool, SignPoolError, start_pool, usable_cores
+from stream_dedupe.storage.memory import MemoryStore
+
+from .helpers import text
+from .mixed_corpus import write_mixed
+
+CLI = [sys.executable, "-m", "stream_dedupe", "dedupe"]
+OPTIONS = ["--no-progress", "--batch-size", "37", "--boilerplate-min-docs", "5"]
+
+
+def _dedupe(tmp: Path, name: str, corpus: Path, deletions: Path, jobs: int, pool_bytes: int = 0) -> bytes:
+    events = tmp / f"{name}.jsonl"
+    env = {**os.environ, "STREAM_DEDUPE_POOL_BYTES": str(pool_bytes)}
+    cmd = [
+        *CLI,
+        str(corpus),
+        "--state",
+        str(tmp / name),
+        "--events",
+        str(events),
+        "--deletions",
+        str(deletions),
+        "--jobs",
+        str(jobs),
+        *OPTIONS,
+    ]
+    result = subprocess.run(cmd, capture_output=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr.decode()
+    return events.read_bytes()
+
+
+def test_the_same_events_byte_for_byte_for_any_number_of_jobs(tmp_path: Path) -> None:
+    corpus, deletions = write_mixed(tmp_path)
+    runs = {jobs: _dedupe(tmp_path, f"j{jobs}", corpus, deletions, jobs) for jobs in (1, 2, 3)}
+    assert runs[1] == runs[2] == runs[3]
+    kinds = {orjson.loads(line)["event"] for line in runs[1].splitlines()}
+    assert {"new", "duplicate-of", "invalid", "deleted", "canonical-changed", "cover-changed"} <= kinds, kinds
+
+
+def _engine() -> DedupeEngine:
+    params = DedupeParams(boilerplate=BoilerplateConfig(learn=True, min_docs=5))
+    return DedupeEngine(params, MemoryStore(), RuntimeLimits(batch_size=37))
+
+
+def test_the_pool_signs_the_documents_and_the_boilerplate_learner_sees_the_same(tmp_path: Path) -> None:
+    corpus, _ = write_mixed(tmp_path)
+    alone, pooled = _engine(), _engine()
+    out_alone, out_pooled = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    with open(out_alone, "wb") as fh:
+        run(alone, [str(corpus)], fh, 37, 1 << 20)
+    pool = SignPool(2)
+    try:
+        with open(out_pooled, "wb") as fh:
+            run(pooled, [str(corpus)], fh, 37, 1 << 20, pool=pool)
+    finally:
+        pool.close()
+    assert out_alone.read_bytes() == out_pooled.read_bytes()
+    assert alone.counters["presigned"] == 0
+    # the workers signed batches (this process signs the first one, and any a worker could not take)
+    assert 0 < pooled.counters["presigned"] < pooled.counters["documents"]
+    assert pooled.counters["boilerplate_lines_stripped"] == alone.counters["boilerplate_lines_stripped"] > 0
+
+
+def test_small_inputs_and_one_job_start_no_process() -> None:
+    assert start_pool(1, 1 << 30) is None
+    assert start_pool(4, 100) is None
+    assert start_pool(4, None) is None  # standard input: signed in-process
+    assert usable_cores() == len(os.sched_getaffinity(0))
+
+
+def test_a_worker_that_dies_gives_a_clear_error_not_a_hang() -> None:
+    engine = _engine()
+    pool = SignPool(1)
+    try:
+        for pid in list(pool._executor._processes):  # the only way to reach the workers
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
+        with pytest.raises(SignPoolError, match=r"signing worker process died.*run the same command again"):
+            pool.result(engine.signer, pool.submit(engine.signer, ["some words to sign here"]))
+    finally:
+        pool.close()
+
+
+def test_kill_9_of_the_main_process_takes_the_workers_with_it(tmp_path: Path) -> None:
+    corpus, _ = write_mixed(tmp_path, families=600)
+    events = tmp_path / "ev.jsonl"
+    env = {**os.environ, "STREAM_DEDUPE_POOL_BYTES": "0"}
+    cmd = [*CLI, str(corpus), "--state", str(tmp_path / "s"), "--events", str(events), "--jobs", "3", *OPTIONS]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while (not events.exists() or events.stat().st_size == 0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)  # hangs if a worker kept the pipes open
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    pytest.fail("worker processes outlived their killed parent")
+
+
+def test_ctrl_c_stops_every_process_and_the_run_resumes_to_the_same_events(tmp_path: Path) -> None:
+    import random
+
+    rng = random.Random(1)
+    corpus = tmp_path / "big.jsonl"
+    corpus.write_bytes(b"".join(orjson.dumps({"id": f"d{i}", "text": text(rng, 150)}) + b"\n" for i in range(6000)))
+    deletions = tmp_path / "none.txt"
+    deletions.write_text("")
+    expected = _dedupe(tmp_path, "whole", corpus, deletions, 1)
+    events = tmp_path / "cut.jsonl"
+    env = {**os.environ, "STREAM_DEDUPE_POOL_BYTES": "0"}
+    cmd = [
+        *CLI,
+        str(corpus),
+        "--state",
+        str(tmp_path / "cut"),
+        "--events",
+        str(events),
+        "--deletions",
+        str(deletions),
+        "--jobs",
+        "3",
+        *OPTIONS,
+    ]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while (not events.exists() or events.stat().st_size < 20_000) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr.decode()
+    assert b"interrupted" in stderr and b"Run the same command again to resume" in stderr
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # no worker left behind
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("worker processes outlived the interrupted run")
+    resumed = subprocess.run(cmd, capture_output=True, env=env, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr.decode()
+    assert events.read_bytes() == expected
