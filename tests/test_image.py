@@ -115,7 +115,9 @@ def test_demo_in_the_image_matches_the_host(built: Path, tmp_path: Path) -> None
             event["source"] = Path(event["source"]).name
     assert image_events == host_events
     assert (built / "deduped.jsonl").read_bytes() == (tmp_path / "deduped.jsonl").read_bytes()
-    # numba honoured NUMBA_CACHE_DIR (site-packages is read-only for the service user).
+    # The compiled kernels give the pure ones' events in the image too, and numba honoured
+    # NUMBA_CACHE_DIR (site-packages is read-only for the service user).
+    assert (built / "events-jit.jsonl").read_bytes() == (built / "events.jsonl").read_bytes()
     assert int((built / "numba-cache-index-files.txt").read_text()) > 0
 
 

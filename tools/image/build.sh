@@ -193,6 +193,12 @@ if [ "$VERIFY" = 1 ]; then
         > "$OUT/demo-summary.txt" 2>&1 || { cat "$OUT/demo-summary.txt" >&2; die "the demo failed in the image"; }
     inside cat /tmp/demo/events.jsonl > "$OUT/events.jsonl"
     inside cat /tmp/demo/deduped.jsonl > "$OUT/deduped.jsonl"
+    # The sample is small enough for the pure kernels; run it again compiled (numba writes its cache
+    # to NUMBA_CACHE_DIR, site-packages being read-only for the service user): the same events.
+    inside env STREAM_DEDUPE_JIT=on stream-dedupe dedupe /opt/stream-dedupe/examples/crawl-sample.jsonl \
+        --state /tmp/demo/state-jit --events /tmp/demo/events-jit.jsonl --no-progress \
+        > "$OUT/demo-jit-summary.txt" 2>&1 || { cat "$OUT/demo-jit-summary.txt" >&2; die "the compiled demo failed in the image"; }
+    inside cat /tmp/demo/events-jit.jsonl > "$OUT/events-jit.jsonl"
     inside sh -c 'find "$NUMBA_CACHE_DIR" -name "*.nbi" | wc -l' > "$OUT/numba-cache-index-files.txt"
     inside sh -c 'touch "$STREAM_DEDUPE_STATE_DIR/.w" && rm "$STREAM_DEDUPE_STATE_DIR/.w" && echo writable' \
         > "$OUT/state-dir.txt" 2>&1 || true
