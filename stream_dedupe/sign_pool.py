@@ -26,15 +26,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from stream_dedupe.config import DedupeParams
+from stream_dedupe.core import jit
 from stream_dedupe.core.signer import Signed, Signer
 from stream_dedupe.errors import StreamDedupeError
 
 if TYPE_CHECKING:  # concurrent.futures and multiprocessing: imported only when a pool starts
     from concurrent.futures import Future
 
-#: Input bytes from which ``--jobs`` starts worker processes (smaller inputs sign in-process:
-#: the same threshold as numba's, which the workers need to be worth their start).
-POOL_BYTES = 4 << 20
+#: Input bytes from which ``--jobs`` starts worker processes (smaller inputs sign in-process):
+#: numba's threshold, since the workers need the compiled kernels to be worth their start.
+POOL_BYTES = jit.INPUT_BYTES
 
 _signers: dict[DedupeParams, Signer] = {}
 _DIED = (
@@ -153,8 +154,6 @@ def start_pool(jobs: int, input_bytes: int | None) -> SignPool | None:
     threshold = int(os.environ.get("STREAM_DEDUPE_POOL_BYTES", POOL_BYTES))  # tests: a pool for a small input
     if jobs <= 1 or input_bytes is None or input_bytes < threshold:
         return None
-    from stream_dedupe.core import jit
-
     jit.enable()
     Signer(DedupeParams()).sign(["load the compiled signing kernels before forking the workers"])
     return SignPool(jobs - 1)

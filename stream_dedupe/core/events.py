@@ -56,6 +56,29 @@ def document_event(
     return event
 
 
+def new_singleton_events(doc_ids: list[str]) -> list[Event]:
+    """The ``new`` events of documents that are singletons of their own (the batch fast path).
+
+    The same events :func:`document_event` gives for a one-document cluster, built without a
+    cluster record per document.
+    """
+    return [
+        {
+            "event": "new",
+            "id": doc_id,
+            "of": None,
+            "similarity": None,
+            "exact": False,
+            "cluster": doc_id,
+            "canonical": doc_id,
+            "cluster_size": 1,
+            "representative": doc_id,
+            "updated": False,
+        }
+        for doc_id in doc_ids
+    ]
+
+
 def cover_changed(cause: str, changes: list[CoverChange]) -> Event:
     """Documents other than ``cause`` whose place in the index changed.
 

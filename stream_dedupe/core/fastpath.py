@@ -25,15 +25,12 @@ from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
-import orjson
 
 from stream_dedupe.core import events as ev
 from stream_dedupe.core.bandindex import LshIndex, earlier_twins
 from stream_dedupe.core.batch import Prepared
 from stream_dedupe.core.records import Deletion, Document, Invalid, Record
 from stream_dedupe.storage.state import DocRecord, StateView
-
-_U32 = np.dtype("<u4")
 
 
 def classify(records: Sequence[Record], prepared: Sequence[Prepared], state: StateView, lsh: LshIndex) -> list[bool]:
@@ -91,42 +88,23 @@ def decide_new(items: Sequence[Prepared], state: StateView, lsh: LshIndex, count
     if not items:
         return []
     ids = [p.doc.doc_id for p in items]
-    keys = [i.encode("utf-8") for i in ids]
-    hashes = np.stack([p.band_hashes for p in items])  # type: ignore[misc]
-    lsh.add_new(ids, hashes)
-    state.put_many("exact", [p.content_hash for p in items], [orjson.dumps([i]) for i in ids])
-    state.put_many("documents", keys, [p.doc.raw for p in items])
+    lsh.add_new(ids, np.stack([p.band_hashes for p in items]))  # type: ignore[misc]
+    state.put_new_exact_groups([p.content_hash for p in items], ids)
     encode = DocRecord.encode_representative
-    state.put_many(
-        "docs",
-        keys,
+    state.put_new_documents(
+        ids,
+        [p.doc.raw for p in items],
         [
             encode(p.content_hash, p.length, p.doc.updated_at_us, p.tokens, True, p.doc.source, p.title_key)
             for p in items
         ],
+        np.stack([p.signature for p in items]),  # type: ignore[misc]
+        [p.shingle_set for p in items],
     )
-    signatures = np.ascontiguousarray(np.stack([p.signature for p in items]), dtype=_U32)  # type: ignore[misc]
-    state.put_many("sigs", keys, [row.tobytes() for row in signatures])
-    with_sets = [(key, p.shingle_set) for key, p in zip(keys, items, strict=True) if p.shingle_set is not None]
-    if with_sets:
-        state.put_many("sets", [k for k, _ in with_sets], [s.astype(_U32).tobytes() for _, s in with_sets])
     n = len(items)
     counters["documents"] += n
     counters["new"] += n
+    # the per-document path's counters, present even when zero (the stats match it key for key)
     counters["hot_bucket_skips"] += 0
     counters["candidates"] += 0
-    return [
-        {
-            "event": "new",
-            "id": doc_id,
-            "of": None,
-            "similarity": None,
-            "exact": False,
-            "cluster": doc_id,
-            "canonical": doc_id,
-            "cluster_size": 1,
-            "representative": doc_id,
-            "updated": False,
-        }
-        for doc_id in ids
-    ]
+    return ev.new_singleton_events(ids)

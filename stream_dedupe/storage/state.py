@@ -261,6 +261,32 @@ class StateView:
         """Store (or delete) a shingle set, little-endian."""
         self.put("sets", _key(doc_id), None if hashes is None else _le_bytes(hashes))
 
+    def put_new_documents(
+        self,
+        doc_ids: Sequence[str],
+        raws: Sequence[bytes],
+        records: Sequence[bytes],
+        signatures: np.ndarray,
+        shingle_sets: Sequence[np.ndarray | None],
+    ) -> None:
+        """Stage documents never seen before, one overlay write per namespace (the batch fast path).
+
+        Args:
+            doc_ids: The documents.
+            raws: Their original JSON.
+            records: Their encoded records (:meth:`DocRecord.encode_representative`).
+            signatures: One signature a row.
+            shingle_sets: Their shingle sets (None: estimate mode, none stored).
+
+        """
+        keys = [_key(doc_id) for doc_id in doc_ids]
+        self.put_many("documents", keys, raws)
+        self.put_many("docs", keys, records)
+        self.put_many("sigs", keys, [_le_bytes(row) for row in signatures])
+        with_sets = [(key, hashes) for key, hashes in zip(keys, shingle_sets, strict=True) if hashes is not None]
+        if with_sets:
+            self.put_many("sets", [k for k, _ in with_sets], [_le_bytes(h) for _, h in with_sets])
+
     # -- index ------------------------------------------------------------------------------
     def _id_list(self, namespace: str, key: bytes) -> list[str]:
         ids = self._decoded_value(namespace, key, orjson.loads)
@@ -276,6 +302,10 @@ class StateView:
     def put_exact_group(self, content_hash: bytes, ids: list[str]) -> None:
         """Replace an exact-content group (empty deletes it)."""
         self._put_id_list("exact", content_hash, ids)
+
+    def put_new_exact_groups(self, content_hashes: Sequence[bytes], doc_ids: Sequence[str]) -> None:
+        """Stage new exact-content groups of one document each, with one overlay write."""
+        self.put_many("exact", content_hashes, [orjson.dumps([doc_id]) for doc_id in doc_ids])
 
     def edges(self, doc_id: str) -> list[Edge]:
         """Verified pairs of a document: ``(other id, similarity, exact)``."""
