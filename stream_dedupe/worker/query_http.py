@@ -188,7 +188,7 @@ class QueryServer:
         docs, ids, single = parse_body(body, self.rt.settings.query_max_docs)
         rt = self.rt
         if not self.deciding():
-            raise QueryRejected(503, self._not_deciding(), role="decide" if rt.engine is not None else "sign")
+            raise self._not_deciding()
         try:
             async with asyncio.timeout(rt.settings.query_timeout):
                 await rt.deciding.acquire()
@@ -199,7 +199,7 @@ class QueryServer:
         try:  # between two batches: the committed state only
             engine = rt.engine
             if engine is None or not rt.gate.is_set() or not self.deciding():
-                raise QueryRejected(503, self._not_deciding(), role="decide" if rt.engine is not None else "sign")
+                raise self._not_deciding()
             results = QueryPath(engine).query(docs, ids)
             seq, offset = engine.seq, rt.index_offset
         finally:
@@ -210,13 +210,17 @@ class QueryServer:
         body = orjson.dumps(answers[0] if single else answers)
         return body, {"X-Stream-Dedupe-Seq": str(seq), "X-Stream-Dedupe-Index-Offset": str(offset)}
 
-    def _not_deciding(self) -> str:
+    def _not_deciding(self) -> QueryRejected:
+        """The 503 of a worker that cannot answer now, with its role."""
         if self.rt.engine is None:
-            return (
+            return QueryRejected(
+                503,
                 "this worker does not decide now (another worker owns the index, or a rebalance or state restore "
-                'is in progress): ask the worker whose /readyz says "role": "decide", or retry'
+                'is in progress): ask the worker whose /readyz says "role": "decide", or retry',
+                role="sign",
             )
-        return "a rebalance or a state restore is in progress: retry in a few seconds"
+        rebalancing = "a rebalance or a state restore is in progress: retry in a few seconds"
+        return QueryRejected(503, rebalancing, role="decide")
 
     def _authorize(self, request: web.Request) -> None:
         if self.token is None:
