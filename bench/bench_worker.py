@@ -2,6 +2,7 @@
 
     python bench/bench_worker.py --docs 20000            # starts its own broker (tools/kafka/kafka.sh)
     python bench/bench_worker.py --bootstrap 127.0.0.1:9092
+    python bench/bench_worker.py --docs 20000 --jobs 1,2 --rounds 2   # worker --jobs, interleaved
 
 1. embedded: the engine over a RocksDB state on the same documents (process + commit, batches of 500);
 2. throughput: a ready worker; produce N documents (~1.7 KB, bench/synth.py) while a consumer
@@ -254,28 +255,41 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--bootstrap", default=None, help="use this broker instead of starting one")
     parser.add_argument("--batch-wait", default="0.05")
+    parser.add_argument(
+        "--jobs", default="", help="comma-separated worker --jobs values to compare, e.g. 1,2 (default: the worker's)"
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds of the --jobs values")
     args = parser.parse_args()
     result: dict[str, Any] = {"cpus": os.cpu_count(), "docs": args.docs}
+    variants = [v for v in args.jobs.split(",") if v] or [""]
     with broker(args.bootstrap) as bootstrap, tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         docs = synth_docs(args.docs, seed=1)
         result["avg_doc_bytes"] = round(sum(map(len, docs)) / len(docs))
         result["embedded"] = embedded(docs, tmp)
-        extra = ["--batch-wait", args.batch_wait]
-        w = Worker(bootstrap, f"bw{uuid.uuid4().hex[:6]}", tmp, extra)
-        result["worker_ready_s"] = round(w.wait_ready(), 2)
-        result["worker"] = asyncio.run(produce_and_consume(bootstrap, w.prefix, docs, None))
-        w.stop()
-        result["ratio_worker_vs_embedded"] = round(
-            result["worker"]["docs_per_s"] / result["embedded"]["docs_per_s"], 3
-        )
-        w = Worker(bootstrap, f"bl{uuid.uuid4().hex[:6]}", tmp, extra)
-        w.wait_ready()
-        paced = synth_docs(args.latency_docs, seed=2)
-        result["latency"] = asyncio.run(produce_and_consume(bootstrap, w.prefix, paced, args.rate))
-        result["latency"]["rate"] = args.rate
-        result["latency"]["worker_histogram_p99_le_s"] = histogram_p99(w.metrics())
-        w.stop()
+        for round_no in range(args.rounds):
+            for jobs in variants:  # interleaved: the machine's noise hits every variant alike
+                extra = ["--batch-wait", args.batch_wait, *(["--jobs", jobs] if jobs else [])]
+                key = f"jobs={jobs}" if jobs else "default"
+                runs = result.setdefault("runs", {}).setdefault(key, [])
+                w = Worker(bootstrap, f"bw{uuid.uuid4().hex[:6]}", tmp, extra)
+                run: dict[str, Any] = {"round": round_no, "worker_ready_s": round(w.wait_ready(), 2)}
+                run["worker"] = asyncio.run(produce_and_consume(bootstrap, w.prefix, docs, None))
+                w.stop()
+                run["ratio_worker_vs_embedded"] = round(
+                    run["worker"]["docs_per_s"] / result["embedded"]["docs_per_s"], 3
+                )
+                w = Worker(bootstrap, f"bl{uuid.uuid4().hex[:6]}", tmp, extra)
+                w.wait_ready()
+                paced = synth_docs(args.latency_docs, seed=2)
+                run["latency"] = asyncio.run(produce_and_consume(bootstrap, w.prefix, paced, args.rate))
+                run["latency"]["rate"] = args.rate
+                run["latency"]["worker_histogram_p99_le_s"] = histogram_p99(w.metrics())
+                w.stop()
+                runs.append(run)
+                print(key, json.dumps(run), flush=True)
+        first = result["runs"][("jobs=" + variants[0]) if variants[0] else "default"][0]
+        result.update({k: first[k] for k in ("worker_ready_s", "worker", "ratio_worker_vs_embedded", "latency")})
     write_result("worker.json", result)
 
 

@@ -9,20 +9,26 @@ boilerplate the workers sign the unstripped text and the engine signs again, its
 documents a learned line is stripped from (as it does for the Kafka worker's sign stage), so the
 events are the same, byte for byte, for any N.
 
-The pool is made with the ``fork`` start method *before* the state is opened (no RocksDB threads
-yet) and after the compiled kernels are loaded, so the workers start in milliseconds with the
-kernels in memory. They ignore SIGINT: Ctrl-C stops the main process cleanly after its current
+The command's pool is made with the ``fork`` start method *before* the state is opened (no
+RocksDB threads yet) and after the compiled kernels are loaded, so the workers start in
+milliseconds with the kernels in memory. The Kafka worker (``worker --jobs N``) cannot fork: its
+process already runs an event loop, Kafka clients and RocksDB threads. Its pool uses ``spawn``,
+and each new process loads the compiled kernels before its first batch (``warm=True``).
+
+The workers ignore SIGINT: Ctrl-C stops the main process cleanly after its current
 batch, as without a pool. A worker that dies makes the next result raise :class:`SignPoolError`;
 a main process that dies takes its workers with it.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stream_dedupe.config import DedupeParams
@@ -49,11 +55,39 @@ class SignPoolError(StreamDedupeError):
 
 
 def usable_cores() -> int:
-    """Cores this process may run on (its CPU affinity), at least 1."""
+    """Cores this process may use: its CPU affinity, lowered to its cgroup's CPU quota; at least 1."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
+        cores = max(1, os.cpu_count() or 1)
+    quota = cgroup_cpu_quota()
+    return cores if quota is None else max(1, min(cores, math.ceil(quota)))
+
+
+#: Where Linux publishes a cgroup's CPU quota: v2 (``cpu.max``), then v1 (CFS quota and period).
+CGROUP_V2_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+CGROUP_V1_CPU_DIR = Path("/sys/fs/cgroup/cpu")
+
+
+def cgroup_cpu_quota(v2: Path = CGROUP_V2_CPU_MAX, v1: Path = CGROUP_V1_CPU_DIR) -> float | None:
+    """CPUs the cgroup's quota allows (a Kubernetes ``limits.cpu``), or None when there is no quota.
+
+    Args:
+        v2: The cgroup v2 ``cpu.max`` file (``"max 100000"`` or ``"<quota> <period>"``).
+        v1: The cgroup v1 cpu controller directory (``cpu.cfs_quota_us``: -1 for none).
+
+    """
+    try:
+        quota, period = v2.read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        quota_us = int((v1 / "cpu.cfs_quota_us").read_text())
+        period_us = int((v1 / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    return None if quota_us <= 0 or period_us <= 0 else quota_us / period_us
 
 
 def _init_worker(parent: int) -> None:
@@ -78,6 +112,13 @@ def _watch_parent(parent: int) -> None:
     os._exit(1)
 
 
+def _warm_up() -> int:
+    """Load the compiled kernels in a spawned worker (before its first real batch)."""
+    jit.enable()
+    Signer(DedupeParams()).sign(["load the compiled signing kernels in this signing process"])
+    return os.getpid()
+
+
 def _sign(params: DedupeParams, texts: list[str]) -> list[bytes]:
     signer = _signers.get(params)
     if signer is None:
@@ -90,21 +131,28 @@ class SignPool:
 
     Args:
         workers: Number of worker processes (at least 1).
+        start_method: ``fork`` (the command: before any thread exists) or ``spawn`` (a process
+            that already runs threads, like the Kafka worker).
+        warm: Load the compiled kernels in every worker before returning (for ``spawn``: a fork
+            inherits them).
 
     """
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, start_method: str = "fork", warm: bool = False) -> None:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
         self.workers = workers
         self._executor = ProcessPoolExecutor(
             max_workers=workers,
-            mp_context=multiprocessing.get_context("fork"),
+            mp_context=multiprocessing.get_context(start_method),
             initializer=_init_worker,
             initargs=(os.getpid(),),
         )
-        self._executor.submit(os.getpid).result()  # fork every worker now (the executor forks on first use)
+        # Start every worker now (an executor starts them on first use; with spawn, one per task
+        # submitted while none is idle, so submit one task per worker at once).
+        task = _warm_up if warm else os.getpid
+        self.pids = sorted({f.result() for f in [self._executor.submit(task) for _ in range(workers)]})
 
     def submit(self, signer: Signer, texts: Sequence[str]) -> Future[list[bytes]]:
         """Start signing ``texts`` with ``signer``'s parameters in a worker.

@@ -97,6 +97,10 @@ def worker(
     processing_guarantee: Annotated[
         str | None, _opt("processing_guarantee", "at_least_once or exactly_once [default: at_least_once].")
     ] = None,
+    jobs: Annotated[
+        int | None,
+        _opt("jobs", "Signing processes, as dedupe --jobs (1: in-process) [default: the cgroup CPU quota, else 1]."),
+    ] = None,
     standby_replicas: Annotated[
         int | None, _opt("standby_replicas", "0: none; >= 1: non-deciding workers keep a state copy [default: 1].")
     ] = None,

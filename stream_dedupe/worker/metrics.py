@@ -102,6 +102,16 @@ class WorkerMetrics:
             ["stage"],
             registry=r,
         )
+        self.sign_processes = Gauge(
+            "stream_dedupe_sign_processes",
+            "Signing processes of this worker's sign stage besides its own process (--jobs minus 1; 0: in-process).",
+            registry=r,
+        )
+        self.sign_pool_failures = PromCounter(
+            "stream_dedupe_sign_pool_failures",
+            "Batches a signing process failed (killed, out of memory): signed in-process instead, pool restarted.",
+            registry=r,
+        )
         self.standby_lag = Gauge(
             "stream_dedupe_standby_lag_records",
             "Changelog records this worker's standby copy has not applied yet (-1: not following).",

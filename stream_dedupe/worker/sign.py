@@ -31,6 +31,7 @@ from aiokafka.errors import CommitFailedError, KafkaError  # type: ignore[import
 
 from stream_dedupe.core.records import Document, ParseLimits, parse_keyed, peek_id
 from stream_dedupe.core.signer import Signed, Signer
+from stream_dedupe.sign_pool import SignPool, SignPoolError
 from stream_dedupe.worker.metrics import WorkerMetrics
 from stream_dedupe.worker.poison import is_record_error, is_transient
 from stream_dedupe.worker.settings import WorkerSettings
@@ -98,6 +99,9 @@ class SignStage:
         self.sizes = TopicLimits()
         self.limits: ParseLimits = settings.parse_limits()
         self._bound = "max_doc_bytes"
+        #: The signing processes of ``--jobs`` (None: this process signs).
+        self.pool: SignPool | None = None
+        self._restarting: asyncio.Future[None] | None = None
 
     @property
     def group_id(self) -> str:
@@ -125,6 +129,7 @@ class SignStage:
             max_poll_interval_ms=300_000,
             client_id=f"{s.app_id}-sign", **s.kafka_security(),
         )
+        await self._start_pool()
         await consumer.start()
         try:
             consumer.subscribe([s.input_topic], listener=_CommitOnRevoke(self))
@@ -137,6 +142,8 @@ class SignStage:
                 await self.flush()
             with contextlib.suppress(Exception):
                 await consumer.stop()
+            with contextlib.suppress(Exception):
+                await self._stop_pool()
 
     async def _forward(self, fetched: dict[TopicPartition, list[Any]]) -> None:
         records: list[Forward] = []
@@ -171,10 +178,9 @@ class SignStage:
             if messages:
                 last[tp] = messages[-1].offset + 1
         if docs and self.signer is not None:
-            signer = self.signer
-            for (row, _), signed in zip(docs, self._sign([d.text for _, d in docs]), strict=True):
-                if signed is not None:
-                    headers[row].append((SIGNED_HEADER, signer.encode(signed)))
+            for (row, _), blob in zip(docs, await self._signatures([d.text for _, d in docs]), strict=True):
+                if blob is not None:
+                    headers[row].append((SIGNED_HEADER, blob))
         index = self.settings.index_topic
         for row, (key, value) in enumerate(records):
             if not self.sizes.fits(index, key, value, headers[row]):
@@ -198,6 +204,61 @@ class SignStage:
             h.append((ID_HEADER, doc_id[: self.settings.max_id_bytes + 1].encode()))
         keep = min(self.settings.dlq_max_payload_bytes, self.sizes.max_bytes(self.settings.index_topic) // 2)
         return value[:keep]
+
+    async def _start_pool(self) -> None:
+        """Start the signing processes of ``--jobs`` (in a thread: spawning them takes a second or two)."""
+        n = self.settings.sign_processes()
+        if n <= 0 or self.signer is None:
+            return
+        from stream_dedupe.sign_pool import SignPool
+
+        try:
+            self.pool = await asyncio.to_thread(SignPool, n, "spawn", True)
+        except Exception:
+            log.exception("sign stage: starting %d signing processes failed; signing in this process", n)
+            return
+        self.metrics.sign_processes.set(n)
+        log.info("sign stage: %d signing processes started (pids %s)", n, ", ".join(map(str, self.pool.pids)))
+
+    async def _stop_pool(self) -> None:
+        pool, self.pool = self.pool, None
+        if self._restarting is not None:
+            self._restarting.cancel()
+        if pool is not None:
+            await asyncio.to_thread(pool.close)
+        self.metrics.sign_processes.set(0)
+
+    async def _restart_pool(self, broken: SignPool) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.to_thread(broken.close)
+        await self._start_pool()
+
+    async def _signatures(self, texts: list[str]) -> list[bytes | None]:
+        """Encoded signatures of ``texts`` (None: the decide stage signs that one, or dead-letters it).
+
+        With signing processes (``--jobs``), the batch is split across them and this process
+        serves the decide stage and the Kafka clients meanwhile. A process that dies (killed, out of
+        memory) costs one batch signed here, and the pool is started again in the background.
+        """
+        assert self.signer is not None
+        pool = self.pool
+        if pool is not None:
+            from concurrent.futures.process import BrokenProcessPool
+
+            size = -(-len(texts) // pool.workers)
+            try:
+                futures = [pool.submit(self.signer, texts[i : i + size]) for i in range(0, len(texts), size)]
+                parts = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
+                return [blob for part in parts for blob in part]
+            except (BrokenProcessPool, SignPoolError) as exc:
+                self.metrics.sign_pool_failures.inc()
+                log.warning("sign stage: a signing process died (%r): this batch is signed here; restarting them", exc)
+                self.pool = None
+                self._restarting = asyncio.ensure_future(self._restart_pool(pool))
+            except Exception:
+                log.warning("sign stage: a signing process failed on a batch; signing it here", exc_info=True)
+        signer = self.signer
+        return [None if signed is None else signer.encode(signed) for signed in self._sign(texts)]
 
     def _sign(self, texts: list[str]) -> list[Signed | None]:
         """Signatures of ``texts``; one that cannot be made is None (the decide stage signs it, or dead-letters it)."""

@@ -1,0 +1,66 @@
+"""``worker --jobs``: how many signing processes a worker starts, and the cgroup CPU quota it reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stream_dedupe import sign_pool
+from stream_dedupe.sign_pool import cgroup_cpu_quota, usable_cores
+from stream_dedupe.worker.errors import WorkerConfigError
+from stream_dedupe.worker.settings import WorkerSettings
+
+
+def _v1(tmp: Path, quota: int, period: int = 100_000) -> Path:
+    d = tmp / "cpu"
+    d.mkdir()
+    (d / "cpu.cfs_quota_us").write_text(f"{quota}\n")
+    (d / "cpu.cfs_period_us").write_text(f"{period}\n")
+    return d
+
+
+def test_cgroup_v2_quota(tmp_path: Path) -> None:
+    f = tmp_path / "cpu.max"
+    f.write_text("250000 100000\n")
+    assert cgroup_cpu_quota(f, tmp_path / "none") == 2.5
+    f.write_text("max 100000\n")
+    assert cgroup_cpu_quota(f, tmp_path / "none") is None
+
+
+def test_cgroup_v1_quota(tmp_path: Path) -> None:
+    assert cgroup_cpu_quota(tmp_path / "no-cpu.max", _v1(tmp_path, 150_000)) == 1.5
+    assert cgroup_cpu_quota(tmp_path / "no-cpu.max", tmp_path / "nothing") is None
+
+
+def test_cgroup_v1_unlimited(tmp_path: Path) -> None:
+    assert cgroup_cpu_quota(tmp_path / "no-cpu.max", _v1(tmp_path, -1)) is None
+
+
+def test_explicit_jobs() -> None:
+    assert WorkerSettings.load(env={}, jobs=1).sign_processes() == 0
+    assert WorkerSettings.load(env={}, jobs=3).sign_processes() == 2
+    assert WorkerSettings.load(env={"STREAM_DEDUPE_JOBS": "4"}).sign_processes() == 3
+
+
+@pytest.mark.parametrize("bad", [0, -2, 65])
+def test_jobs_out_of_range_says_how_to_fix(bad: int) -> None:
+    with pytest.raises(WorkerConfigError, match=r"jobs must be between 1 and 64.*STREAM_DEDUPE_JOBS or --jobs"):
+        WorkerSettings.load(env={}, jobs=bad)
+
+
+def test_default_follows_the_cgroup_quota(monkeypatch: pytest.MonkeyPatch) -> None:
+    default = WorkerSettings.load(env={})
+    monkeypatch.setattr(sign_pool, "cgroup_cpu_quota", lambda: None)
+    assert default.sign_processes() == 0  # no quota (a bare host, a pod without limits.cpu): in-process
+    monkeypatch.setattr(sign_pool, "cgroup_cpu_quota", lambda: 2.5)
+    assert default.sign_processes() == 2  # limits.cpu 2500m: 3 jobs, 2 signing processes
+    monkeypatch.setattr(sign_pool, "cgroup_cpu_quota", lambda: 0.5)
+    assert default.sign_processes() == 0  # half a core: sign in-process
+
+
+def test_usable_cores_is_lowered_to_the_quota(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sign_pool, "cgroup_cpu_quota", lambda: 0.5)
+    assert usable_cores() == 1
+    monkeypatch.setattr(sign_pool, "cgroup_cpu_quota", lambda: None)
+    assert usable_cores() >= 1
