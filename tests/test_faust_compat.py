@@ -195,3 +195,33 @@ def test_aiokafka_probe_helpers() -> None:
 
     with pytest.raises((OSError, Exception)):
         asyncio.run(refused())
+
+
+def test_zstd_level_reaches_both_record_batch_builders() -> None:
+    """aiokafka.record[._crecords].default_records.zstd_encode: set_zstd_level points both at one wrapper."""
+    from aiokafka import codec
+    from aiokafka.record import default_records
+    from aiokafka.record._crecords import default_records as cython_records
+
+    lines = [b'{"id": "doc-%d", "text": "the quick brown fox %d jumps over the lazy dog %d"}' % (i, i * 7, i % 13)
+             for i in range(3000)]
+
+    def built(builder_class: Any) -> bytes:
+        builder = builder_class(magic=2, compression_type=4, is_transactional=0, producer_id=-1,
+                                producer_epoch=-1, base_sequence=-1, batch_size=1 << 22)
+        for offset, line in enumerate(lines):
+            builder.append(offset, timestamp=0, key=None, value=line, headers=[])
+        return bytes(builder.build())
+
+    builders = {"cython": cython_records.DefaultRecordBatchBuilder,
+                "python": default_records._DefaultRecordBatchBuilderPy}
+    try:
+        sizes = {}
+        for level in (1, 19):
+            faust_compat.set_zstd_level(level)
+            sizes[level] = {name: len(built(cls)) for name, cls in builders.items()}
+        for name in builders:
+            canary(sizes[19][name] < sizes[1][name], f"{name} DefaultRecordBatchBuilder zstd level", str(sizes))
+        assert codec.zstd_decode(codec.zstd_encode(b"x" * 1000)) == b"x" * 1000
+    finally:
+        faust_compat.set_zstd_level(3)

@@ -64,3 +64,14 @@ def test_usable_cores_is_lowered_to_the_quota(monkeypatch: pytest.MonkeyPatch) -
     assert usable_cores() == 1
     monkeypatch.setattr(sign_pool, "cgroup_cpu_quota", lambda: None)
     assert usable_cores() >= 1
+
+
+@pytest.mark.parametrize("bad", [0, 23])
+def test_compression_level_out_of_range_says_how_to_fix(bad: int) -> None:
+    with pytest.raises(WorkerConfigError, match=r"compression_level must be between 1 and 22.*--compression-level"):
+        WorkerSettings.load(env={}, compression_level=bad)
+
+
+def test_compression_level_from_the_environment() -> None:
+    assert WorkerSettings.load(env={"STREAM_DEDUPE_COMPRESSION_LEVEL": "1"}).compression_level == 1
+    assert WorkerSettings.load(env={}).compression_level == 3

@@ -121,6 +121,9 @@ def worker(
     compression_type: Annotated[
         str | None, _opt("compression_type", "zstd, lz4, gzip, snappy or none [default: zstd].")
     ] = None,
+    compression_level: Annotated[
+        int | None, _opt("compression_level", "zstd level, 1 (fastest) to 22 (smallest) [default: 3].")
+    ] = None,
     max_id_bytes: Annotated[int | None, _opt("max_id_bytes", "Longer ids are id-too-long [default: 512].")] = None,
     max_metadata_bytes: Annotated[
         int | None, _opt("max_metadata_bytes", "Larger metadata is metadata-too-large [default: 65536].")
@@ -171,6 +174,9 @@ def run_worker(settings: WorkerSettings) -> None:
     from stream_dedupe.worker.topics import prepare_worker_topics
 
     lock_state_dir(settings.state_dir)  # before any client: a clear one-line error, exit 2
+    from stream_dedupe.worker.faust_compat import set_zstd_level
+
+    set_zstd_level(settings.compression_level)
     level = settings.log_level.upper()
     logging.basicConfig(level=level, format="[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s")
     repeats = RepeatFilter()

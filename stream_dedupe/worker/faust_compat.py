@@ -228,3 +228,38 @@ def set_table_options(tables: Mapping[str, Any], options: Mapping[str, Any]) -> 
         if store._dbs:
             raise RuntimeError(f"table {namespace!r}: its RocksDB store is already open; set options before")
         store.rocksdb_options = options[namespace]
+
+
+#: zstd level aiokafka compresses with (its own default: 3, the broker's; it has no setting for it).
+_ZSTD_LEVEL: list[int] = [3]
+
+
+def set_zstd_level(level: int) -> None:
+    """Make every aiokafka producer of this process compress zstd batches at ``level``.
+
+    aiokafka 0.14 calls ``aiokafka.codec.zstd_encode(data)`` without a level from both record
+    batch builders (the Cython one in ``aiokafka.record._crecords.default_records`` and the
+    pure-Python fallback), which look the name up in their module globals at call time: both are
+    pointed at one wrapper that passes the level.
+    """
+    from aiokafka import codec  # type: ignore[import-untyped]
+    from aiokafka.record import default_records  # type: ignore[import-untyped]
+
+    _ZSTD_LEVEL[0] = level
+    original = getattr(codec, "_stream_dedupe_original_zstd", codec.zstd_encode)
+    codec._stream_dedupe_original_zstd = original
+
+    def encode(payload: Any, level: int | None = None) -> bytes:
+        return cast(bytes, original(payload, level=_ZSTD_LEVEL[0] if level is None else level))
+
+    modules = [default_records]
+    try:
+        from aiokafka.record._crecords import default_records as cython_records  # type: ignore[import-untyped]
+
+        modules.append(cython_records)
+    except ImportError:  # pragma: no cover - AIOKAFKA_NO_EXTENSIONS or a platform without wheels
+        pass
+    for module in modules:
+        if not hasattr(module, "zstd_encode"):
+            raise RuntimeError(f"{module.__name__}.zstd_encode is gone ({versions()}): update set_zstd_level")
+        module.zstd_encode = encode

@@ -25,6 +25,8 @@ ENV_PREFIX = "STREAM_DEDUPE_"
 #: Smallest ``rocksdb_memory_mb`` (below it the memtables flush every few hundred documents).
 MIN_MEMORY_MB = 64
 GUARANTEES = ("at_least_once", "exactly_once")
+#: Default zstd level of the produced batches (BENCHMARKS.md, "Worker --jobs and compression").
+ZSTD_LEVEL = 3
 #: Most ``jobs`` (each signing process holds the kernels and numpy: ~100 MB of RSS).
 MAX_JOBS = 64
 COMPRESSIONS = ("zstd", "lz4", "gzip", "snappy", "none")
@@ -90,6 +92,8 @@ class WorkerSettings:
         ssl_keyfile: PEM private key of ``ssl_certfile`` (unencrypted).
         compression_type: Compression of every record the worker produces (``zstd``, ``lz4``,
             ``gzip``, ``snappy`` or ``none``).
+        compression_level: zstd level of the produced batches (1 fastest .. 22 smallest; aiokafka
+            and the broker default to 3). Only with ``compression_type`` zstd.
         max_id_bytes: Longer ids (JSON ``id`` or Kafka key, UTF-8 bytes) are ``id-too-long``.
         max_metadata_bytes: A larger serialized ``metadata`` object is ``metadata-too-large``.
         max_metadata_fields: A ``metadata`` object with more top-level fields is ``metadata-too-large``.
@@ -147,6 +151,7 @@ class WorkerSettings:
     ssl_certfile: Path | None = None
     ssl_keyfile: Path | None = None
     compression_type: str = "zstd"
+    compression_level: int = ZSTD_LEVEL
     max_id_bytes: int = 512
     max_metadata_bytes: int = 64 << 10
     max_metadata_fields: int = 1000
@@ -204,6 +209,11 @@ class WorkerSettings:
         if self.compression_type not in COMPRESSIONS:
             raise WorkerConfigError(
                 f"compression_type {self.compression_type!r} is not supported: use one of {', '.join(COMPRESSIONS)}"
+            )
+        if not 1 <= self.compression_level <= 22:
+            raise WorkerConfigError(
+                f"compression_level must be between 1 and 22 (zstd), got {self.compression_level} (set "
+                f"{ENV_PREFIX}COMPRESSION_LEVEL or --compression-level)"
             )
         if self.dlq_max_payload_bytes < 0 or self.poison_retries < 1:
             raise WorkerConfigError(
