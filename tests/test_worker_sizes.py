@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import random
 
 import orjson
 import pytest
@@ -68,3 +69,16 @@ def test_which_errors_are_blamed_on_a_record() -> None:
     assert is_transient(errors.KafkaTimeoutError()) and is_transient(ConnectionResetError())
     assert is_record_error(ValueError("engine")) and not is_record_error(ChangelogError("changelog"))
     assert not is_record_error(errors.ProducerFenced()) and not is_transient(errors.ProducerFenced())
+
+
+def test_record_bytes_bounds_aiokafkas_estimate_closely() -> None:
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+    rng = random.Random(3)
+    for _ in range(500):
+        key = None if rng.random() < 0.1 else rng.randbytes(rng.choice([0, 1, 127, 128, 20_000]))
+        value = None if rng.random() < 0.1 else rng.randbytes(rng.choice([0, 5, 16_383, 16_384, 3_000_000]))
+        headers = [(rng.choice(["sd-origin", "sd-signed", "é"]), rng.randbytes(rng.choice([0, 200, 2_000_000])))
+                   for _ in range(rng.randrange(4))]
+        exact = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, headers)
+        assert exact <= record_bytes(key, value, headers) <= exact + 15 + 10 * len(headers)

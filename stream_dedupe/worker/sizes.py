@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from aiokafka.record.default_records import DefaultRecordBatchBuilder  # type: ignore[import-untyped]
 
 from stream_dedupe.storage.base import NAMESPACES
 from stream_dedupe.worker.settings import WorkerSettings
@@ -44,8 +43,16 @@ Headers = Sequence[tuple[str, bytes]]
 
 
 def record_bytes(key: bytes | None, value: bytes | None, headers: Headers = ()) -> int:
-    """Upper bound of the size of a one-record batch holding this record, uncompressed."""
-    return int(DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, list(headers)))
+    """Upper bound of the size of a one-record batch holding this record, uncompressed.
+
+    aiokafka's ``DefaultRecordBatchBuilder.estimate_size_in_bytes`` plus at most a few bytes: every
+    length varint is counted at its largest (5 bytes) instead of being computed. Called for every
+    record the worker sends (several per document); the exact estimate was ~2% of a worker's CPU.
+    """
+    size = FRAMING + 15 + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
+    for name, data in headers:
+        size += 10 + len(name.encode("utf-8")) + (len(data) if data is not None else 0)
+    return size
 
 
 def changelog_topics(settings: WorkerSettings) -> dict[str, str]:
