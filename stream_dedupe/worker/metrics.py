@@ -102,6 +102,8 @@ class WorkerMetrics:
             ["stage"],
             registry=r,
         )
+        #: ``time.monotonic()`` from which the clusters gauges may be recomputed (:func:`next_cluster_scan`).
+        self.cluster_scan_due = 0.0
         self.sign_processes = Gauge(
             "stream_dedupe_sign_processes",
             "Signing processes of this worker's sign stage besides its own process (--jobs minus 1; 0: in-process).",
@@ -214,6 +216,25 @@ def dir_bytes(path: Path) -> int:
     return total
 
 
+#: Most of the decider's CPU the periodic scan of the clusters may take (the gauges
+#: ``stream_dedupe_clusters`` and ``stream_dedupe_largest_cluster_size``).
+CLUSTER_SCAN_SHARE = 0.02
+#: Most seconds between two scans (a scan that costs more is repeated less often, never more).
+CLUSTER_SCAN_MAX_INTERVAL = 300.0
+
+
+def next_cluster_scan(now: float, cpu_seconds: float) -> float:
+    """When the clusters may be scanned again, so that the scans take at most ``CLUSTER_SCAN_SHARE`` of a core.
+
+    The scan reads one record per cluster of two or more documents: ~1 s of CPU at 1M documents,
+    which at every refresh (5 s) was a fifth of the decider. Small states are still scanned at
+    every refresh; large ones every ``cpu / CLUSTER_SCAN_SHARE`` seconds (at most
+    ``CLUSTER_SCAN_MAX_INTERVAL``), the gauges keeping their last value between scans.
+    ``cpu_seconds`` counts the scan's own slices only, not the batches decided while it yields.
+    """
+    return now + min(cpu_seconds / CLUSTER_SCAN_SHARE, CLUSTER_SCAN_MAX_INTERVAL)
+
+
 async def refresh_gauges(app: Any, rt: Any) -> None:
     """Update the periodic gauges: state size, clusters, consumer lag per input partition.
 
@@ -233,18 +254,25 @@ async def refresh_gauges(app: Any, rt: Any) -> None:
     if engine is not None:
         docs = rt.store.count("docs")
         m.state_documents.set(docs)
-        merged_away, largest = 0, 1 if docs else 0
-        view = StateView(rt.store)  # not the engine's overlay: a batch may be between process and commit
-        scan = getattr(rt.store, "scan", rt.store.items)  # lazily, unsorted: never block the loop
-        for i, (key, _) in enumerate(scan("clusters")):
-            if i % 256 == 255:
-                await asyncio.sleep(0)  # a scan of the whole state: let the pipeline run meanwhile
-            info = view.get_cluster(key.decode("utf-8"))
-            if info is not None:
-                merged_away += info.size - 1
-                largest = max(largest, info.size)
-        m.clusters.set(docs - merged_away)
-        m.largest_cluster.set(largest)
+        now = time.monotonic()
+        if now >= m.cluster_scan_due:
+            merged_away, largest, spent = 0, 1 if docs else 0, 0.0
+            view = StateView(rt.store)  # not the engine's overlay: a batch may be between process and commit
+            scan = getattr(rt.store, "scan", rt.store.items)  # lazily, unsorted: never block the loop
+            cpu = time.process_time()
+            for i, (key, _) in enumerate(scan("clusters")):
+                if i % 256 == 255:  # a scan of the whole state: let the pipeline run meanwhile
+                    spent += time.process_time() - cpu
+                    await asyncio.sleep(0)
+                    cpu = time.process_time()
+                info = view.get_cluster(key.decode("utf-8"))
+                if info is not None:
+                    merged_away += info.size - 1
+                    largest = max(largest, info.size)
+            spent += time.process_time() - cpu
+            m.clusters.set(docs - merged_away)
+            m.largest_cluster.set(largest)
+            m.cluster_scan_due = next_cluster_scan(time.monotonic(), spent)
     sign = getattr(rt, "sign", None)  # this worker's sign stage: its input partitions
     if sign is not None:
         m.lag.clear()

@@ -1,4 +1,4 @@
-"""``worker --jobs``: how many signing processes a worker starts, and the cgroup CPU quota it reads."""
+"""Worker tuning settings (issue 15): --jobs and the cgroup CPU quota, --compression-level, the cluster-scan budget."""
 
 from __future__ import annotations
 
@@ -75,3 +75,12 @@ def test_compression_level_out_of_range_says_how_to_fix(bad: int) -> None:
 def test_compression_level_from_the_environment() -> None:
     assert WorkerSettings.load(env={"STREAM_DEDUPE_COMPRESSION_LEVEL": "1"}).compression_level == 1
     assert WorkerSettings.load(env={}).compression_level == 3
+
+
+def test_cluster_scan_takes_a_bounded_share_of_the_decider() -> None:
+    from stream_dedupe.worker.metrics import CLUSTER_SCAN_MAX_INTERVAL, CLUSTER_SCAN_SHARE, next_cluster_scan
+
+    assert next_cluster_scan(100.0, 0.001) <= 100.0 + 5.0  # a small state: at every 5 s refresh
+    due = next_cluster_scan(100.0, 1.0)  # 1M documents: ~1 s of CPU per scan
+    assert (due - 100.0) * CLUSTER_SCAN_SHARE == pytest.approx(1.0)
+    assert next_cluster_scan(100.0, 60.0) == 100.0 + CLUSTER_SCAN_MAX_INTERVAL
