@@ -118,6 +118,11 @@ def _decode_cluster(raw: bytes) -> ClusterInfo:
     return ClusterInfo(size, label, CanonicalKey(cid, length, updated))
 
 
+def decode_cluster(raw: bytes) -> ClusterInfo:
+    """A stored ``clusters`` value (for scans of the namespace that bypass a :class:`StateView`)."""
+    return _decode_cluster(raw)
+
+
 #: Namespaces whose decoded values :class:`StateView` keeps for the batch.
 _DECODED = ("exact", "edges", "clusters")
 
