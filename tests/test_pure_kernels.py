@@ -214,3 +214,23 @@ def test_sorted_intersection_pure_equals_the_kernel(compiled: None) -> None:
     for a, b in cases:
         assert verify._sorted_intersection_pure(a, b) == verify._sorted_intersection(a, b)
     assert verify._sorted_intersection_pure(cases[1][0], cases[1][1]) == -1
+
+
+def test_unique_segments_equal_numpy_unique_per_document(compiled: None, normalized: list[str]) -> None:
+    buf, offsets = pack([t.encode() for t in normalized])
+    hashes, bounds = kernels.shingle_hashes(buf, offsets, kernels.WORD, 1, SHINGLE_HASH_SEED)
+    rng = np.random.default_rng(5)
+    cases = [
+        (hashes, bounds),  # real shingles: many repeats (word:1), empty documents
+        (np.zeros(0, dtype=np.uint32), np.zeros(3, dtype=np.int64)),  # three empty documents
+        (np.full(50, 7, dtype=np.uint32), np.array([0, 1, 50], dtype=np.int64)),  # one value repeated
+        (rng.integers(0, 2**32, 5000, dtype=np.uint32), np.array([0, 0, 2500, 4999, 5000], dtype=np.int64)),
+        (np.array([2**32 - 1, 0, 2**32 - 1, 0], dtype=np.uint32), np.array([0, 2, 4], dtype=np.int64)),
+    ]
+    for h, b in cases:
+        want = [np.unique(h[b[d] : b[d + 1]]) for d in range(len(b) - 1)]
+        for impl in (kernels.unique_segments, pure.unique_segments):
+            sets, set_bounds = impl(h, b)
+            assert sets.dtype == np.uint32 and set_bounds.dtype == np.int64
+            got = [sets[set_bounds[d] : set_bounds[d + 1]] for d in range(len(b) - 1)]
+            assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True)), impl

@@ -176,6 +176,31 @@ def minhash_signatures(  # pragma: no cover - jit
     return out
 
 
+@njit(cache=True, pure=pure.unique_segments)
+def unique_segments(hashes: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
+    """Per document, its shingle hashes sorted with repeats removed (``np.unique`` of each), packed.
+
+    One call per batch instead of one ``np.unique`` per document: numpy 2's ``unique`` cost
+    ~38 us on a document of ~300 shingles (a sort alone: ~4 us), more than the rest of signing.
+
+    Returns:
+        ``(sets, set_bounds)``: document ``d``'s set is ``sets[set_bounds[d]:set_bounds[d + 1]]``.
+
+    """
+    n_docs = bounds.shape[0] - 1
+    out = np.empty(hashes.shape[0], dtype=np.uint32)
+    new_bounds = np.zeros(n_docs + 1, dtype=np.int64)
+    w = 0
+    for d in range(n_docs):
+        segment = np.sort(hashes[bounds[d] : bounds[d + 1]])
+        for i in range(segment.shape[0]):
+            if i == 0 or segment[i] != segment[i - 1]:
+                out[w] = segment[i]
+                w += 1
+        new_bounds[d + 1] = w
+    return out[:w], new_bounds
+
+
 @njit(cache=True, pure=pure.compact_spaces)
 def compact_spaces(buf: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
     """Collapse runs of spaces (byte 32) to one and strip them at both ends, per document."""

@@ -132,3 +132,21 @@ def band_hashes(signatures: np.ndarray, bands: int, rows: int) -> np.ndarray:
         h = h * m2
         out[:, band] = h ^ (h >> s29)
     return out
+
+
+def unique_segments(hashes: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per document, its hashes sorted with repeats removed (``np.unique`` of each segment), packed.
+
+    One sort for the whole batch: the key is ``document << 32 | hash``, so the sorted keys are the
+    documents in order, each one's hashes ascending.
+    """
+    n_docs = bounds.shape[0] - 1
+    doc = np.repeat(np.arange(n_docs, dtype=np.uint64), np.diff(bounds))
+    keys = np.sort((doc << np.uint64(32)) | hashes.astype(np.uint64))
+    keep = np.ones(keys.shape[0], dtype=bool)
+    np.not_equal(keys[1:], keys[:-1], out=keep[1:])
+    kept = keys[keep]
+    out = (kept & np.uint64(_M32)).astype(np.uint32)
+    new_bounds = np.zeros(n_docs + 1, dtype=np.int64)
+    new_bounds[1:] = np.cumsum(np.bincount((kept >> np.uint64(32)).astype(np.int64), minlength=n_docs))
+    return out, new_bounds

@@ -108,6 +108,9 @@ class Signer:
         signatures = self.hasher.signatures_from_hashes(hashes, shingle_bounds)
         min_tokens = max(self.params.min_tokens, 1)
         exact = self.params.verify == "exact"
+        if exact:
+            sets, set_bounds = kernels.unique_segments(hashes, shingle_bounds)
+            starts = set_bounds.tolist()
         out = []
         for i in range(len(texts)):
             n_tokens = int(tokens[i])
@@ -115,7 +118,7 @@ class Signer:
             if n_tokens >= min_tokens:
                 signature = signatures[i]
                 if exact:
-                    shingles = np.unique(hashes[shingle_bounds[i] : shingle_bounds[i + 1]])
+                    shingles = sets[starts[i] : starts[i + 1]]
             content_hash = mmh3.hash_bytes(data[bounds[i] : bounds[i + 1]])
             out.append(Signed(content_hash, int(chars[i]), n_tokens, signature, shingles))
         return out
