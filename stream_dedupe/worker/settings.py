@@ -27,7 +27,7 @@ MIN_MEMORY_MB = 64
 GUARANTEES = ("at_least_once", "exactly_once")
 #: Default zstd level of the produced batches (BENCHMARKS.md, "Worker --jobs and compression").
 ZSTD_LEVEL = 3
-#: Most ``jobs`` (each signing process holds the kernels and numpy: ~100 MB of RSS).
+#: Most ``jobs`` (each signing process holds numpy and the kernels: ~75 MB of its own memory, 170 MB of RSS).
 MAX_JOBS = 64
 COMPRESSIONS = ("zstd", "lz4", "gzip", "snappy", "none")
 
