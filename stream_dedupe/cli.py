@@ -390,8 +390,26 @@ def _register_commands(argv: list[str]) -> None:
         app.command()(produce)
 
 
+#: Thread-count variables OpenBLAS reads when it loads (the first ``import numpy``).
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+def one_blas_thread() -> None:
+    """Let numpy's OpenBLAS start no thread of its own, unless the user chose a thread count.
+
+    OpenBLAS starts a thread per core when numpy is imported, and those threads spin waiting for
+    work: ~0.07 s of CPU for every run on this project's 2-core machine (BENCHMARKS.md,
+    "Start-up"), for nothing, since no command multiplies matrices (the kernels are element-wise).
+    Called before anything imports numpy; this module does not import it. The worker processes of
+    ``--jobs`` and the Kafka worker inherit the setting.
+    """
+    if not set(BLAS_THREAD_VARIABLES) & os.environ.keys():
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
+
 def main() -> None:
     """Console-script entry point: runs the app and turns our errors into clear messages."""
+    one_blas_thread()
     _register_commands(sys.argv[1:])
     try:
         app()

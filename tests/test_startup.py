@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,9 +24,38 @@ try:
     main()
 except SystemExit as exc:
     assert not exc.code, exc.code
+import os
 import orjson
+assert os.environ["OPENBLAS_NUM_THREADS"] == "1"  # main() chose it before numpy was imported
 sys.stdout.buffer.write(orjson.dumps(sorted(sys.modules)))
 """
+
+THREADS = """
+import os, sys
+from stream_dedupe.cli import one_blas_thread
+one_blas_thread()
+import numpy
+numpy.ones(4) @ numpy.ones(4)
+sys.stdout.write(str(len(os.listdir("/proc/self/task"))))
+"""
+
+
+def test_numpy_starts_no_blas_thread_under_the_cli(tmp_path: Path) -> None:
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+    }
+    ours = subprocess.run([sys.executable, "-c", THREADS], capture_output=True, text=True, env=env, timeout=120)
+    assert ours.returncode == 0, ours.stderr
+    assert ours.stdout == "1"  # the interpreter's thread only (OpenBLAS would start one per core)
+    chosen = subprocess.run(
+        [sys.executable, "-c", THREADS + "\nsys.stdout.write(' ' + os.environ['OPENBLAS_NUM_THREADS'])"],
+        capture_output=True,
+        text=True,
+        env={**env, "OPENBLAS_NUM_THREADS": "2"},
+        timeout=120,
+    )
+    assert chosen.returncode == 0, chosen.stderr
+    assert chosen.stdout == "2 2"  # the user's choice is kept: OpenBLAS started a second thread"
 
 
 def test_dedupe_imports_no_tool_or_worker_dependency(tmp_path: Path) -> None:
