@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import IO, Annotated, Any
 
 import typer
-from rich.console import Console
 
 from stream_dedupe import __version__
 from stream_dedupe.cli_coerce import FastCommands
 from stream_dedupe.cli_support import check_new_state_dir, check_outputs, is_state, open_existing
 from stream_dedupe.config import DedupeParams, NormalizationConfig, RuntimeLimits, ShingleSpec
+from stream_dedupe.consoles import stderr_console
 from stream_dedupe.errors import ConfigError, StreamDedupeError
 from stream_dedupe.options import (
     LearnOpt,
@@ -41,7 +41,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",  # help texts escape their brackets (options.default_help)
 )
-err = Console(stderr=True, soft_wrap=True)
+err = stderr_console()  # rich only on a terminal
 
 StateOpt = Annotated[Path, typer.Option("--state", help="State directory (RocksDB); created if missing.")]
 ExistingStateOpt = Annotated[
@@ -277,8 +277,8 @@ def explain(
     show: Annotated[int, typer.Option(help="How many shared shingles to print.")] = 10,
 ) -> None:
     """Show why two documents are (or are not) duplicates: Jaccard, shared shingles, bands."""
+    from stream_dedupe.consoles import stdout_console
     from stream_dedupe.explain import explain_pair, load_pair, render
-    from stream_dedupe.reporting import StdoutConsole
 
     if state is not None:
         store, params = open_existing(state)
@@ -291,7 +291,7 @@ def explain(
             None, {"shingle": ShingleSpec.parse(shingle) if shingle else None, "threshold": threshold}
         )
         texts = load_pair(None, a, b)
-    render(StdoutConsole(), explain_pair(params, texts[0], texts[1], (a, b)), show)
+    render(stdout_console(), explain_pair(params, texts[0], texts[1], (a, b)), show)
 
 
 @app.command()

@@ -11,6 +11,7 @@ import orjson
 import pytest
 from datasketch.lsh import _optimal_param
 
+from stream_dedupe.consoles import PlainConsole, escape, stderr_console
 from stream_dedupe.core.lsh import FP_FN_WEIGHTS, KNOWN_LAYOUTS, choose_bands
 from stream_dedupe.core.lsh_params import optimal_layout
 
@@ -78,7 +79,7 @@ def test_dedupe_imports_no_tool_or_worker_dependency(tmp_path: Path) -> None:
         "aiokafka",
         "matplotlib",
         "stream_dedupe.worker.cli",
-        "rich.progress",
+        "rich",  # stderr is a pipe here: plain text (stream_dedupe.consoles), rich only on a terminal
         "multiprocessing",  # --jobs starts no pool for a one-line file
         "concurrent.futures",
         "numpy.random",  # the permutations come from the standard library's MT19937
@@ -147,3 +148,39 @@ def test_a_near_tie_is_left_to_datasketch() -> None:
     assert optimal_layout(0.5, 1, (0.5, 0.5)) == (1, 1)
     # weights of zero make every layout's error 0: a tie, so datasketch decides (its first layout)
     assert optimal_layout(0.5, 16, (0.0, 0.0)) is None
+
+
+MARKUP = [
+    "plain text",
+    "[yellow]interrupted[/] after 3 lines; the state is consistent.",
+    "[red]--strict[/]: 2 invalid record(s); see the invalid events.",
+    "[bold red]x[/bold red] and \\[not a tag] and [1, 2] and a[0]",
+    "Jaccard threshold. [default: 0.8]",
+    "ends with a backslash \\",
+]
+
+
+@pytest.mark.parametrize("text", MARKUP)
+def test_plain_console_writes_what_rich_writes_without_a_terminal(
+    text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from io import StringIO
+
+    from rich.console import Console
+    from rich.markup import escape as rich_escape
+
+    rich = StringIO()
+    Console(file=rich, soft_wrap=True, force_terminal=False, highlight=False).print(text)
+    PlainConsole().print(text)
+    assert capsys.readouterr().err == rich.getvalue()
+    assert escape(text) == rich_escape(text)
+
+
+def test_stderr_console_is_rich_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("TTY_COMPATIBLE", "FORCE_COLOR"):
+        monkeypatch.delenv(name, raising=False)
+    assert isinstance(stderr_console(), PlainConsole)  # pytest captures stderr: not a terminal
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    assert not isinstance(stderr_console(), PlainConsole) and stderr_console().is_terminal
+    monkeypatch.setenv("TTY_COMPATIBLE", "0")
+    assert isinstance(stderr_console(), PlainConsole)
