@@ -31,6 +31,31 @@ assert os.environ["OPENBLAS_NUM_THREADS"] == "1"  # main() chose it before numpy
 sys.stdout.buffer.write(orjson.dumps(sorted(sys.modules)))
 """
 
+GC_PROBE = """
+import gc, sys
+sys.argv = ["stream-dedupe", "dedupe", sys.argv[1], "--state", sys.argv[2], "--no-progress", "--jobs", "2"]
+import stream_dedupe.cli as cli
+import stream_dedupe.sign_pool as sign_pool
+
+def collections():
+    return sum(generation["collections"] for generation in gc.get_stats())
+
+seen = {}
+start_pool = sign_pool.start_pool
+
+def probe(*args):
+    seen.update(enabled=gc.isenabled(), frozen=gc.get_freeze_count(), collections=collections() - before)
+    return start_pool(*args)
+
+sign_pool.start_pool = probe
+before = collections()
+try:
+    cli.main()
+except SystemExit as exc:
+    assert not exc.code, exc.code
+print(seen["enabled"], seen["frozen"] > 10_000, seen["collections"], gc.isenabled())
+"""
+
 THREADS = """
 import os, sys
 from stream_dedupe.cli import one_blas_thread
@@ -39,6 +64,27 @@ import numpy
 numpy.ones(4) @ numpy.ones(4)
 sys.stdout.write(str(len(os.listdir("/proc/self/task"))))
 """
+
+
+def test_dedupe_starts_without_collecting_garbage_and_works_with_the_collector_on(tmp_path: Path) -> None:
+    path = tmp_path / "one.jsonl"
+    path.write_bytes(b'{"id": "a", "text": "one document with enough words to be signed by the minhash kernels"}\n')
+    result = subprocess.run(
+        [sys.executable, "-c", GC_PROBE, str(path), str(tmp_path / "s")], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    # no collection from main() to the --jobs pool (imports, parsing), then the collector is on
+    # before any worker is forked, with the start-up's objects frozen; still on at the end
+    assert result.stdout.split() == ["True", "True", "0", "True"], result.stdout
+
+
+def test_other_commands_run_with_the_collector_on(tmp_path: Path) -> None:
+    probe = "import gc, sys; sys.argv = ['stream-dedupe', '--version']\nfrom stream_dedupe.cli import main\n"
+    probe += "import typer\n_exit = typer.Exit.__init__\n"
+    probe += "def seen(self, *a, **k):\n    sys.stderr.write(f'gc {gc.isenabled()}'); _exit(self, *a, **k)\n"
+    probe += "typer.Exit.__init__ = seen\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert "stream-dedupe" in result.stdout and "gc True" in result.stderr, result.stderr
 
 
 def test_numpy_starts_no_blas_thread_under_the_cli(tmp_path: Path) -> None:
