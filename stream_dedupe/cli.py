@@ -1,6 +1,9 @@
-"""The ``stream-dedupe`` command line: a thin shell over the engine and the exports."""
+"""The ``stream-dedupe`` command line: a thin shell over the engine and the exports.
 
-from __future__ import annotations
+No ``from __future__ import annotations`` here: typer reads every command's annotations, and
+string annotations it would evaluate twice per run (``inspect.signature`` and
+``typing.get_type_hints``: ~5 ms of a one-line ``dedupe``).
+"""
 
 import dataclasses
 import gc
