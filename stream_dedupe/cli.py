@@ -110,6 +110,11 @@ def _directory_bytes(path: Path) -> int:
         return 0
 
 
+def _small_run(inputs: list[str], input_bytes: int | None, limit: int) -> bool:
+    """Whether a run is known to write little: plain files (not stdin, not gzip) under ``limit`` bytes."""
+    return input_bytes is not None and input_bytes < limit and not any(p.endswith(".gz") for p in inputs)
+
+
 _D = DedupeParams()
 _EVENTS_HELP = default_help("Write events as JSONL to this file (- for stdout).", "none")
 
@@ -213,7 +218,7 @@ def dedupe(
     from stream_dedupe.exports import iter_canonical_documents, summarize
     from stream_dedupe.reporting import ProgressReporter, print_summary, warm_kernels
     from stream_dedupe.sign_pool import start_pool, usable_cores
-    from stream_dedupe.storage.rocks import RocksStore
+    from stream_dedupe.storage.rocks import SMALL_RUN_BYTES, RocksStore
 
     if jobs is not None and jobs < 1:
         raise ConfigError(f"--jobs must be at least 1, got {jobs}")
@@ -223,7 +228,7 @@ def dedupe(
         pool = start_pool(usable_cores() if jobs is None else jobs, total_bytes(inputs))  # before RocksDB's threads
         if pool is not None:
             stack.callback(pool.close)
-        store = RocksStore(state)
+        store = RocksStore(state, memtable_bloom=not _small_run(inputs, total_bytes(inputs), SMALL_RUN_BYTES))
         stack.callback(store.close)
         engine = DedupeEngine(resolve_params(stored_params(store), overrides), store, limits)
         if progress and jit.enabled():

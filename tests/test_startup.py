@@ -14,6 +14,8 @@ from datasketch.lsh import _optimal_param
 from stream_dedupe.consoles import PlainConsole, escape, stderr_console
 from stream_dedupe.core.lsh import FP_FN_WEIGHTS, KNOWN_LAYOUTS, choose_bands
 from stream_dedupe.core.lsh_params import optimal_layout
+from stream_dedupe.storage.base import NAMESPACES
+from stream_dedupe.storage.rocks import MEMTABLE_BLOOM_RATIO, RocksStore
 
 from .test_cli import CLI
 
@@ -153,6 +155,57 @@ def test_options_converted_without_pydantic_still_say_what_is_wrong(
     assert not (tmp_path / "s").exists()
 
 
+def memtable_bloom_ratios(state: Path) -> dict[str, float]:
+    """Each namespace's memtable bloom ratio, from the OPTIONS file RocksDB wrote at the last open."""
+    latest = max(state.glob("OPTIONS-*"), key=lambda p: int(p.name.split("-")[1]))
+    ratios, family = {}, None
+    for line in latest.read_text().splitlines():
+        if line.startswith("[CFOptions "):
+            family = line.split('"')[1]
+        elif line.strip().startswith("memtable_prefix_bloom_size_ratio=") and family in NAMESPACES:
+            ratios[family] = float(line.split("=")[1])
+    assert set(ratios) == set(NAMESPACES), ratios
+    return ratios
+
+
+def test_a_small_run_opens_the_state_without_memtable_bloom_filters(tmp_path: Path) -> None:
+    small = RocksStore(tmp_path / "s", memtable_bloom=False)
+    small.write({"docs": {b"a": b"record"}, "sigs": {b"a": b"signature"}})
+    small.close()
+    assert set(memtable_bloom_ratios(tmp_path / "s").values()) == {0.0}
+    store = RocksStore(tmp_path / "s")  # the same state, as a big run, the worker or the API opens it
+    assert store.get_many("docs", [b"a", b"b"]) == [b"record", None]
+    store.close()
+    assert set(memtable_bloom_ratios(tmp_path / "s").values()) == {MEMTABLE_BLOOM_RATIO}
+
+
+def test_dedupe_leaves_the_memtable_filters_out_only_for_a_small_file(tmp_path: Path) -> None:
+    import gzip
+
+    line = b'{"id": "a", "text": "one document with enough words to be signed by the minhash kernels"}\n'
+    (tmp_path / "one.jsonl").write_bytes(line)
+    (tmp_path / "one.jsonl.gz").write_bytes(gzip.compress(line))  # small on disk, of unknown size inside
+    for name, ratio in (("one.jsonl", 0.0), ("one.jsonl.gz", MEMTABLE_BLOOM_RATIO)):
+        state = tmp_path / f"s-{name}"
+        result = subprocess.run(
+            [*CLI, "dedupe", str(tmp_path / name), "--state", str(state), "--no-progress"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert result.returncode == 0, result.stderr
+        assert set(memtable_bloom_ratios(state).values()) == {ratio}, name
+    piped = subprocess.run(
+        [*CLI, "dedupe", "-", "--state", str(tmp_path / "s-stdin"), "--no-progress"],
+        input=line.decode(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert piped.returncode == 0, piped.stderr
+    assert set(memtable_bloom_ratios(tmp_path / "s-stdin").values()) == {MEMTABLE_BLOOM_RATIO}
+
+
 def test_a_big_input_enables_numba_up_front(tmp_path: Path) -> None:
     from stream_dedupe.core import jit
 
@@ -164,6 +217,7 @@ def test_a_big_input_enables_numba_up_front(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr.decode()
     assert "numba" in set(orjson.loads(result.stdout.splitlines()[-1]))
+    assert set(memtable_bloom_ratios(tmp_path / "s").values()) == {MEMTABLE_BLOOM_RATIO}  # a big run keeps them
 
 
 def test_worker_commands_are_still_registered_when_asked_for() -> None:
