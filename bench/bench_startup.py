@@ -32,6 +32,18 @@ LINE = b'{"id": "a", "text": "one short document to dedupe at start-up"}\n'
 ENV = dict(os.environ)
 
 
+def drop_bytecode(checkout: Path) -> int:
+    """Delete the checkout's ``.pyc`` files (not numba's kernel cache beside them): every tree compiles alike.
+
+    Without ``--pyc`` the children write no bytecode, but they still read what is there: a tree
+    that once ran with caches would otherwise start faster than a fresh ``git archive`` one.
+    """
+    caches = list((checkout / "stream_dedupe").rglob("__pycache__/*.pyc"))
+    for cache in caches:
+        cache.unlink()
+    return len(caches)
+
+
 def run_once(checkout: Path, work: Path) -> tuple[float, float]:
     state = work / "state"
     shutil.rmtree(state, ignore_errors=True)
@@ -127,6 +139,9 @@ def main() -> None:
             breakdown(Path(tmp))
         return
     checkouts = [REPO, *args.checkout]
+    if not args.pyc:
+        for checkout in checkouts:
+            drop_bytecode(checkout)
     with tempfile.TemporaryDirectory(prefix="sd-startup-") as tmp:
         work = Path(tmp)
         (work / "one.jsonl").write_bytes(LINE)

@@ -1,8 +1,12 @@
-"""The ``stream-dedupe`` command line: a thin shell over the engine and the exports."""
+"""The ``stream-dedupe`` command line: a thin shell over the engine and the exports.
 
-from __future__ import annotations
+No ``from __future__ import annotations`` here: typer reads every command's annotations, and
+string annotations it would evaluate twice per run (``inspect.signature`` and
+``typing.get_type_hints``: ~5 ms of a one-line ``dedupe``).
+"""
 
 import dataclasses
+import gc
 import os
 import sys
 from contextlib import ExitStack
@@ -10,12 +14,19 @@ from pathlib import Path
 from typing import IO, Annotated, Any
 
 import typer
-from rich.console import Console
 
 from stream_dedupe import __version__
 from stream_dedupe.cli_coerce import FastCommands
-from stream_dedupe.cli_support import check_new_state_dir, check_outputs, is_state, open_existing
+from stream_dedupe.cli_support import (
+    check_new_state_dir,
+    check_outputs,
+    gc_from_here,
+    is_state,
+    open_existing,
+    start_up_without_gc,
+)
 from stream_dedupe.config import DedupeParams, NormalizationConfig, RuntimeLimits, ShingleSpec
+from stream_dedupe.consoles import stderr_console
 from stream_dedupe.errors import ConfigError, StreamDedupeError
 from stream_dedupe.options import (
     LearnOpt,
@@ -41,7 +52,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",  # help texts escape their brackets (options.default_help)
 )
-err = Console(stderr=True, soft_wrap=True)
+err = stderr_console()  # rich only on a terminal
 
 StateOpt = Annotated[Path, typer.Option("--state", help="State directory (RocksDB); created if missing.")]
 ExistingStateOpt = Annotated[
@@ -97,6 +108,11 @@ def _directory_bytes(path: Path) -> int:
         return sum(entry.stat().st_size for entry in os.scandir(path) if entry.is_file())
     except FileNotFoundError:
         return 0
+
+
+def _small_run(inputs: list[str], input_bytes: int | None, limit: int) -> bool:
+    """Whether a run is known to write little: plain files (not stdin, not gzip) under ``limit`` bytes."""
+    return input_bytes is not None and input_bytes < limit and not any(p.endswith(".gz") for p in inputs)
 
 
 _D = DedupeParams()
@@ -202,16 +218,17 @@ def dedupe(
     from stream_dedupe.exports import iter_canonical_documents, summarize
     from stream_dedupe.reporting import ProgressReporter, print_summary, warm_kernels
     from stream_dedupe.sign_pool import start_pool, usable_cores
-    from stream_dedupe.storage.rocks import RocksStore
+    from stream_dedupe.storage.rocks import SMALL_RUN_BYTES, RocksStore
 
     if jobs is not None and jobs < 1:
         raise ConfigError(f"--jobs must be at least 1, got {jobs}")
     jit.choose(total_bytes(inputs), _directory_bytes(state))  # numba only for a big run
+    gc_from_here()  # start-up is over (main() paused the collector); before forking a --jobs pool
     with ExitStack() as stack:
         pool = start_pool(usable_cores() if jobs is None else jobs, total_bytes(inputs))  # before RocksDB's threads
         if pool is not None:
             stack.callback(pool.close)
-        store = RocksStore(state)
+        store = RocksStore(state, memtable_bloom=not _small_run(inputs, total_bytes(inputs), SMALL_RUN_BYTES))
         stack.callback(store.close)
         engine = DedupeEngine(resolve_params(stored_params(store), overrides), store, limits)
         if progress and jit.enabled():
@@ -277,8 +294,8 @@ def explain(
     show: Annotated[int, typer.Option(help="How many shared shingles to print.")] = 10,
 ) -> None:
     """Show why two documents are (or are not) duplicates: Jaccard, shared shingles, bands."""
+    from stream_dedupe.consoles import stdout_console
     from stream_dedupe.explain import explain_pair, load_pair, render
-    from stream_dedupe.reporting import StdoutConsole
 
     if state is not None:
         store, params = open_existing(state)
@@ -291,7 +308,7 @@ def explain(
             None, {"shingle": ShingleSpec.parse(shingle) if shingle else None, "threshold": threshold}
         )
         texts = load_pair(None, a, b)
-    render(StdoutConsole(), explain_pair(params, texts[0], texts[1], (a, b)), show)
+    render(stdout_console(), explain_pair(params, texts[0], texts[1], (a, b)), show)
 
 
 @app.command()
@@ -367,17 +384,18 @@ def _registered() -> set[str]:
     return {_name(c) for c in app.registered_commands}
 
 
-def _register_commands(argv: list[str]) -> None:
+def _register_commands(argv: list[str]) -> str | None:
     """Register the commands this invocation can reach.
 
     A run of one of this module's commands keeps only that one: typer builds every registered
     command's options (type hints, defaults) before parsing, ~20 ms of start-up for the others.
     The command list (``--help``), an unknown name and the other commands see all of them.
+    Returns the command's name (None without one).
     """
     command = next((arg for arg in argv if not arg.startswith("-")), None)
     if command is not None and command in _registered() and "eval" not in _registered():
         app.registered_commands = [c for c in app.registered_commands if _name(c) == command]
-        return
+        return command
     from stream_dedupe.quality.cli import eval_command, tune
 
     if "eval" not in _registered():
@@ -388,13 +406,44 @@ def _register_commands(argv: list[str]) -> None:
 
         app.command()(worker)
         app.command()(produce)
+    return command
+
+
+#: Thread-count variables OpenBLAS reads when it loads (the first ``import numpy``).
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+def one_blas_thread() -> None:
+    """Let numpy's OpenBLAS start no thread of its own, unless the user chose a thread count.
+
+    OpenBLAS starts a thread per core when numpy is imported, and those threads spin waiting for
+    work: ~0.07 s of CPU for every run on this project's 2-core machine (BENCHMARKS.md,
+    "Start-up"), for nothing, since no command multiplies matrices (the kernels are element-wise).
+    Called before anything imports numpy; this module does not import it. The worker processes of
+    ``--jobs`` and the Kafka worker inherit the setting.
+    """
+    if not set(BLAS_THREAD_VARIABLES) & os.environ.keys():
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 
 def main() -> None:
-    """Console-script entry point: runs the app and turns our errors into clear messages."""
-    _register_commands(sys.argv[1:])
+    """Console-script entry point: runs the app and turns our errors into clear messages.
+
+    ``dedupe`` starts without the garbage collector and turns it on when its work starts
+    (:func:`~stream_dedupe.cli_support.gc_from_here`); every other command turns it on here.
+    On the way out, what the command allocated is frozen: the interpreter's final collection
+    then does not scan it again (~0.02 s of a one-line ``dedupe``; files and the state are
+    closed by then, and nothing here relies on a finalizer at exit).
+    """
+    one_blas_thread()
+    start_up_without_gc()
+    if _register_commands(sys.argv[1:]) != "dedupe":
+        gc_from_here()
     try:
         app()
     except StreamDedupeError as exc:
         sys.stderr.write(f"error: {exc}\n")  # plain text: messages must not be re-wrapped
         sys.exit(2)
+    finally:
+        gc_from_here()  # an error before dedupe's work began
+        gc.freeze()

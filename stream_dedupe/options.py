@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from stream_dedupe.config import BoilerplateConfig, DedupeParams
+from stream_dedupe.consoles import escape
 from stream_dedupe.errors import ConfigError
 
 DEFAULTS = DedupeParams()

@@ -2,7 +2,8 @@
 
 On a terminal the progress is a rich bar; when stderr is a file or a pipe (CI logs, ``2> log``)
 it is a plain line every :data:`LINE_INTERVAL` seconds and one at the end, never a bar wrapped
-at 80 columns.
+at 80 columns, and the summary is plain aligned text: rich is then not imported at all
+(:mod:`stream_dedupe.consoles`).
 """
 
 from __future__ import annotations
@@ -12,42 +13,30 @@ from collections import Counter
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-
 if TYPE_CHECKING:
     from stream_dedupe.config import DedupeParams
+    from stream_dedupe.consoles import Output
     from stream_dedupe.core.engine import DedupeEngine
     from stream_dedupe.embedded import RunResult
     from stream_dedupe.exports import ClusterSummary
 
 #: Seconds between two progress lines when stderr is not a terminal.
 LINE_INTERVAL = 10.0
-
-
-class StdoutConsole(Console):
-    """A console on stdout whose reader may go away (``| head``): the command then exits 0.
-
-    rich's default exits 1 on a broken pipe; this one lets the command group handle it like
-    every other write to a closed stdout.
-    """
-
-    def on_broken_pipe(self) -> None:
-        """Raise, for the command group to end the command quietly."""
-        self.quiet = True
-        raise BrokenPipeError(32, "the reader of stdout has gone")
+#: The first line of the summary (a terminal shows it as the table's title).
+SUMMARY_TITLE = "stream-dedupe summary"
 
 
 class ProgressReporter:
     """Progress on stderr: bytes read, documents, docs/s and duplicates so far.
 
     Args:
-        console: Where to draw (stderr).
+        console: Where to draw (stderr: rich's console on a terminal, else plain lines).
         total: Total input bytes, or None when unknown (stdin).
         enabled: False to draw nothing.
 
     """
 
-    def __init__(self, console: Console, total: int | None, enabled: bool = True) -> None:
+    def __init__(self, console: Output, total: int | None, enabled: bool = True) -> None:
         self._console = console
         self._started = time.perf_counter()
         self._docs = 0
@@ -58,7 +47,10 @@ class ProgressReporter:
         self._last_line = self._started
         self._progress: Any = None
         if enabled and console.is_terminal:
+            from rich.console import Console
             from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+            assert isinstance(console, Console)  # a terminal gets rich's console (consoles.stderr_console)
 
             self._progress = Progress(
                 TextColumn("[bold]dedupe"),
@@ -117,7 +109,7 @@ class ProgressReporter:
             self._line()
 
 
-def warm_kernels(console: Console, params: DedupeParams) -> None:
+def warm_kernels(console: Output, params: DedupeParams) -> None:
     """Load the compiled kernels before the progress starts, saying so when they must be compiled.
 
     The first run after an install compiles them (numba, about a minute on a slow machine) and
@@ -140,15 +132,10 @@ def warm_kernels(console: Console, params: DedupeParams) -> None:
         )
 
 
-def print_summary(console: Console, result: RunResult, clusters: ClusterSummary, engine: DedupeEngine) -> None:
-    """The final table: what this run decided and what the state now holds."""
-    from rich.table import Table
-
+def summary_rows(result: RunResult, clusters: ClusterSummary, engine: DedupeEngine) -> list[tuple[str, str]]:
+    """The summary's rows, (what, value): what this run decided and what the state now holds."""
     c = result.counters
     decided = c["new"] + c["duplicate-of"]
-    table = Table(title="stream-dedupe summary", show_header=False, title_justify="left")
-    table.add_column("what")
-    table.add_column("value", justify="right")
     rows = [
         ("input lines", f"{result.lines + result.resumed_from:,}"),
         ("new (entered the index)", f"{c['new']:,}"),
@@ -172,6 +159,23 @@ def print_summary(console: Console, result: RunResult, clusters: ClusterSummary,
     ]
     if result.resumed_from:
         rows.insert(1, ("resumed after line", f"{result.resumed_from:,}"))
+    return rows
+
+
+def print_summary(console: Output, result: RunResult, clusters: ClusterSummary, engine: DedupeEngine) -> None:
+    """The final summary: a rich table on a terminal, else the same rows as aligned plain text."""
+    rows = summary_rows(result, clusters, engine)
+    if not console.is_terminal:
+        width = max(len(what) for what, _ in rows)
+        values = max(len(value) for _, value in rows)
+        lines = [SUMMARY_TITLE, *(f"  {what:<{width}}  {value:>{values}}" for what, value in rows)]
+        console.out("\n".join(lines), highlight=False)
+        return
+    from rich.table import Table
+
+    table = Table(title=SUMMARY_TITLE, show_header=False, title_justify="left")
+    table.add_column("what")
+    table.add_column("value", justify="right")
     for what, value in rows:
         table.add_row(what, value)
     console.print(table)

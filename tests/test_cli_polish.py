@@ -216,9 +216,15 @@ def test_progress_without_a_terminal_is_whole_lines(tmp_path: Path) -> None:
     lines = result.stderr.splitlines()
     assert any(PROGRESS_LINE.match(line) for line in lines), result.stderr
     assert "━" not in result.stderr  # no bar, so nothing to wrap
-    for line in lines:  # nothing else: a wrapped line would leave a fragment here
-        known = line == "stream-dedupe summary" or line[0] in "┌│├└" or "compil" in line
-        assert PROGRESS_LINE.match(line) or known, line
+    assert not set("┌│├└") & set(result.stderr)  # the summary is plain text, not a table drawn for 80 columns
+    summary = lines[lines.index("stream-dedupe summary") + 1 :]
+    rows = dict(match.groups() for line in summary if (match := re.match(r"^  (.+?)  +(\S+)$", line)))
+    assert len(rows) == len(summary) == 19, summary  # every line after the title is one row: what, value
+    assert rows["input lines"] == "402" and rows["invalid"] == "2" and rows["  of which exact"].isdigit()
+    assert rows["representatives (the deduped set)"] == "291" and rows["dropped rate"].endswith("%")
+    assert len({len(line) for line in summary}) == 1  # values aligned on the right
+    for line in lines[: -len(summary) - 1]:  # nothing else: a wrapped line would leave a fragment here
+        assert PROGRESS_LINE.match(line) or "compil" in line, line
 
 
 def test_progress_on_a_terminal_is_a_bar(tmp_path: Path) -> None:
@@ -244,6 +250,7 @@ def test_progress_on_a_terminal_is_a_bar(tmp_path: Path) -> None:
     assert proc.wait(timeout=300) == 0
     text = output.decode(errors="replace")
     assert "━" in text and "docs/s" in text and "stream-dedupe summary" in text
+    assert "┌" in text and "│ input lines" in text  # a terminal still gets rich's table
     assert not PROGRESS_LINE.search(text)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,8 +11,11 @@ import orjson
 import pytest
 from datasketch.lsh import _optimal_param
 
+from stream_dedupe.consoles import PlainConsole, escape, stderr_console
 from stream_dedupe.core.lsh import FP_FN_WEIGHTS, KNOWN_LAYOUTS, choose_bands
 from stream_dedupe.core.lsh_params import optimal_layout
+from stream_dedupe.storage.base import NAMESPACES
+from stream_dedupe.storage.rocks import MEMTABLE_BLOOM_RATIO, RocksStore
 
 from .test_cli import CLI
 
@@ -23,9 +27,84 @@ try:
     main()
 except SystemExit as exc:
     assert not exc.code, exc.code
+import os
 import orjson
+assert os.environ["OPENBLAS_NUM_THREADS"] == "1"  # main() chose it before numpy was imported
 sys.stdout.buffer.write(orjson.dumps(sorted(sys.modules)))
 """
+
+GC_PROBE = """
+import gc, sys
+sys.argv = ["stream-dedupe", "dedupe", sys.argv[1], "--state", sys.argv[2], "--no-progress", "--jobs", "2"]
+import stream_dedupe.cli as cli
+import stream_dedupe.sign_pool as sign_pool
+
+def collections():
+    return sum(generation["collections"] for generation in gc.get_stats())
+
+seen = {}
+start_pool = sign_pool.start_pool
+
+def probe(*args):
+    seen.update(enabled=gc.isenabled(), frozen=gc.get_freeze_count(), collections=collections() - before)
+    return start_pool(*args)
+
+sign_pool.start_pool = probe
+before = collections()
+try:
+    cli.main()
+except SystemExit as exc:
+    assert not exc.code, exc.code
+print(seen["enabled"], seen["frozen"] > 10_000, seen["collections"], gc.isenabled())
+"""
+
+THREADS = """
+import os, sys
+from stream_dedupe.cli import one_blas_thread
+one_blas_thread()
+import numpy
+numpy.ones(4) @ numpy.ones(4)
+sys.stdout.write(str(len(os.listdir("/proc/self/task"))))
+"""
+
+
+def test_dedupe_starts_without_collecting_garbage_and_works_with_the_collector_on(tmp_path: Path) -> None:
+    path = tmp_path / "one.jsonl"
+    path.write_bytes(b'{"id": "a", "text": "one document with enough words to be signed by the minhash kernels"}\n')
+    result = subprocess.run(
+        [sys.executable, "-c", GC_PROBE, str(path), str(tmp_path / "s")], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    # no collection from main() to the --jobs pool (imports, parsing), then the collector is on
+    # before any worker is forked, with the start-up's objects frozen; still on at the end
+    assert result.stdout.split() == ["True", "True", "0", "True"], result.stdout
+
+
+def test_other_commands_run_with_the_collector_on(tmp_path: Path) -> None:
+    probe = "import gc, sys; sys.argv = ['stream-dedupe', '--version']\nfrom stream_dedupe.cli import main\n"
+    probe += "import typer\n_exit = typer.Exit.__init__\n"
+    probe += "def seen(self, *a, **k):\n    sys.stderr.write(f'gc {gc.isenabled()}'); _exit(self, *a, **k)\n"
+    probe += "typer.Exit.__init__ = seen\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert "stream-dedupe" in result.stdout and "gc True" in result.stderr, result.stderr
+
+
+def test_numpy_starts_no_blas_thread_under_the_cli(tmp_path: Path) -> None:
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+    }
+    ours = subprocess.run([sys.executable, "-c", THREADS], capture_output=True, text=True, env=env, timeout=120)
+    assert ours.returncode == 0, ours.stderr
+    assert ours.stdout == "1"  # the interpreter's thread only (OpenBLAS would start one per core)
+    chosen = subprocess.run(
+        [sys.executable, "-c", THREADS + "\nsys.stdout.write(' ' + os.environ['OPENBLAS_NUM_THREADS'])"],
+        capture_output=True,
+        text=True,
+        env={**env, "OPENBLAS_NUM_THREADS": "2"},
+        timeout=120,
+    )
+    assert chosen.returncode == 0, chosen.stderr
+    assert chosen.stdout == "2 2"  # the user's choice is kept: OpenBLAS started a second thread"
 
 
 def test_dedupe_imports_no_tool_or_worker_dependency(tmp_path: Path) -> None:
@@ -48,7 +127,7 @@ def test_dedupe_imports_no_tool_or_worker_dependency(tmp_path: Path) -> None:
         "aiokafka",
         "matplotlib",
         "stream_dedupe.worker.cli",
-        "rich.progress",
+        "rich",  # stderr is a pipe here: plain text (stream_dedupe.consoles), rich only on a terminal
         "multiprocessing",  # --jobs starts no pool for a one-line file
         "concurrent.futures",
         "numpy.random",  # the permutations come from the standard library's MT19937
@@ -76,6 +155,57 @@ def test_options_converted_without_pydantic_still_say_what_is_wrong(
     assert not (tmp_path / "s").exists()
 
 
+def memtable_bloom_ratios(state: Path) -> dict[str, float]:
+    """Each namespace's memtable bloom ratio, from the OPTIONS file RocksDB wrote at the last open."""
+    latest = max(state.glob("OPTIONS-*"), key=lambda p: int(p.name.split("-")[1]))
+    ratios, family = {}, None
+    for line in latest.read_text().splitlines():
+        if line.startswith("[CFOptions "):
+            family = line.split('"')[1]
+        elif line.strip().startswith("memtable_prefix_bloom_size_ratio=") and family in NAMESPACES:
+            ratios[family] = float(line.split("=")[1])
+    assert set(ratios) == set(NAMESPACES), ratios
+    return ratios
+
+
+def test_a_small_run_opens_the_state_without_memtable_bloom_filters(tmp_path: Path) -> None:
+    small = RocksStore(tmp_path / "s", memtable_bloom=False)
+    small.write({"docs": {b"a": b"record"}, "sigs": {b"a": b"signature"}})
+    small.close()
+    assert set(memtable_bloom_ratios(tmp_path / "s").values()) == {0.0}
+    store = RocksStore(tmp_path / "s")  # the same state, as a big run, the worker or the API opens it
+    assert store.get_many("docs", [b"a", b"b"]) == [b"record", None]
+    store.close()
+    assert set(memtable_bloom_ratios(tmp_path / "s").values()) == {MEMTABLE_BLOOM_RATIO}
+
+
+def test_dedupe_leaves_the_memtable_filters_out_only_for_a_small_file(tmp_path: Path) -> None:
+    import gzip
+
+    line = b'{"id": "a", "text": "one document with enough words to be signed by the minhash kernels"}\n'
+    (tmp_path / "one.jsonl").write_bytes(line)
+    (tmp_path / "one.jsonl.gz").write_bytes(gzip.compress(line))  # small on disk, of unknown size inside
+    for name, ratio in (("one.jsonl", 0.0), ("one.jsonl.gz", MEMTABLE_BLOOM_RATIO)):
+        state = tmp_path / f"s-{name}"
+        result = subprocess.run(
+            [*CLI, "dedupe", str(tmp_path / name), "--state", str(state), "--no-progress"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert result.returncode == 0, result.stderr
+        assert set(memtable_bloom_ratios(state).values()) == {ratio}, name
+    piped = subprocess.run(
+        [*CLI, "dedupe", "-", "--state", str(tmp_path / "s-stdin"), "--no-progress"],
+        input=line.decode(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert piped.returncode == 0, piped.stderr
+    assert set(memtable_bloom_ratios(tmp_path / "s-stdin").values()) == {MEMTABLE_BLOOM_RATIO}
+
+
 def test_a_big_input_enables_numba_up_front(tmp_path: Path) -> None:
     from stream_dedupe.core import jit
 
@@ -87,6 +217,7 @@ def test_a_big_input_enables_numba_up_front(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr.decode()
     assert "numba" in set(orjson.loads(result.stdout.splitlines()[-1]))
+    assert set(memtable_bloom_ratios(tmp_path / "s").values()) == {MEMTABLE_BLOOM_RATIO}  # a big run keeps them
 
 
 def test_worker_commands_are_still_registered_when_asked_for() -> None:
@@ -117,3 +248,39 @@ def test_a_near_tie_is_left_to_datasketch() -> None:
     assert optimal_layout(0.5, 1, (0.5, 0.5)) == (1, 1)
     # weights of zero make every layout's error 0: a tie, so datasketch decides (its first layout)
     assert optimal_layout(0.5, 16, (0.0, 0.0)) is None
+
+
+MARKUP = [
+    "plain text",
+    "[yellow]interrupted[/] after 3 lines; the state is consistent.",
+    "[red]--strict[/]: 2 invalid record(s); see the invalid events.",
+    "[bold red]x[/bold red] and \\[not a tag] and [1, 2] and a[0]",
+    "Jaccard threshold. [default: 0.8]",
+    "ends with a backslash \\",
+]
+
+
+@pytest.mark.parametrize("text", MARKUP)
+def test_plain_console_writes_what_rich_writes_without_a_terminal(
+    text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from io import StringIO
+
+    from rich.console import Console
+    from rich.markup import escape as rich_escape
+
+    rich = StringIO()
+    Console(file=rich, soft_wrap=True, force_terminal=False, highlight=False).print(text)
+    PlainConsole().print(text)
+    assert capsys.readouterr().err == rich.getvalue()
+    assert escape(text) == rich_escape(text)
+
+
+def test_stderr_console_is_rich_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("TTY_COMPATIBLE", "FORCE_COLOR"):
+        monkeypatch.delenv(name, raising=False)
+    assert isinstance(stderr_console(), PlainConsole)  # pytest captures stderr: not a terminal
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    assert not isinstance(stderr_console(), PlainConsole) and stderr_console().is_terminal
+    monkeypatch.setenv("TTY_COMPATIBLE", "0")
+    assert isinstance(stderr_console(), PlainConsole)

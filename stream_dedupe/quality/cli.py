@@ -137,9 +137,9 @@ def eval_command(
         result = {**report.to_json(), "skipped_lines": skipped.total, "skipped_by_reason": dict(skipped.reasons)}
         sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        from stream_dedupe.reporting import StdoutConsole
+        from stream_dedupe.consoles import stdout_console
 
-        render_report(StdoutConsole(), report)
+        render_report(stdout_console(), report)
 
 
 def tune(

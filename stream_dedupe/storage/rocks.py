@@ -27,6 +27,11 @@ BLOCK_CACHE_BYTES = 64 << 20
 #: engine's time). ``documents`` is written, rarely read, and has large values.
 WRITE_BUFFER_BYTES = 8 << 20
 DOCUMENTS_WRITE_BUFFER_BYTES = 32 << 20
+#: Memtable bloom filter, as a share of the memtable's size (see ``_options``).
+MEMTABLE_BLOOM_RATIO = 0.1
+#: A run that writes less than this (the command line: its input) may leave the memtables'
+#: bloom filters out (``RocksStore(memtable_bloom=False)``).
+SMALL_RUN_BYTES = 4 << 20
 #: The original documents are most of the state: zstd over 128 KB blocks (measured on the scale
 #: corpus of bench/corpus.py: 0.43 of the raw size, against 0.81 for lz4 over 4 KB blocks). They
 #: are read only to re-elect a canonical and to export, never per document.
@@ -40,7 +45,7 @@ _INCOMPRESSIBLE = frozenset({"sigs", "sets"})
 _UNIVERSAL = frozenset({"documents", "sigs", "sets"})
 
 
-def _options(namespace: str | None = None, cache: Any = None) -> Any:
+def _options(namespace: str | None = None, cache: Any = None, memtable_bloom: bool = True) -> Any:
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
     opts.create_missing_column_families(True)
@@ -54,7 +59,7 @@ def _options(namespace: str | None = None, cache: Any = None) -> Any:
     table.set_bloom_filter(10, False)
     table.set_block_cache(cache)
     opts.set_memtable_whole_key_filtering(True)
-    opts.set_memtable_prefix_bloom_ratio(0.1)
+    opts.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO if memtable_bloom else 0.0)
     opts.set_write_buffer_size(WRITE_BUFFER_BYTES)
     # zstd: the small records (JSON, hex hashes, ids) shrink ~2x, lz4 ~1.2x; 4 KB blocks keep a
     # point read's decompression short.
@@ -75,19 +80,26 @@ class RocksStore:
 
     Args:
         path: The state directory (created if missing).
+        memtable_bloom: False for a run that writes little (under :data:`SMALL_RUN_BYTES`):
+            its memtables then have no bloom filter. Each memtable's filter is allocated and
+            zeroed when the memtable is created and freed at close (0.8 MB per namespace,
+            3.2 MB for ``documents``: ~0.015 s of CPU, 40% of opening and closing a state, in
+            a one-line ``dedupe``), and a memtable that holds a few thousand entries answers a
+            miss from its skip list about as fast. Nothing on disk differs; a bigger run, the
+            worker and the Python API keep the filters (BENCHMARKS.md, "At scale").
 
     Raises:
         StateError: if the directory is locked by another process or cannot be opened.
 
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, memtable_bloom: bool = True) -> None:
         self.path = Path(path)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             opts = _options()
             cache = Cache(BLOCK_CACHE_BYTES)
-            families = {ns: _options(ns, cache) for ns in NAMESPACES}
+            families = {ns: _options(ns, cache, memtable_bloom) for ns in NAMESPACES}
             self._db = Rdict(str(self.path), opts, column_families=families)
         except Exception as exc:
             text = str(exc)
