@@ -72,7 +72,7 @@ def invalid_letter(
 ) -> bytes:
     """The DLQ record of an invalid input record: its bytes (up to a bound), size, hash, reason and origin.
 
-    ``origin``: the record's :class:`~stream_dedupe.worker.pipeline._Origin`.
+    ``origin``: the record's :class:`~stream_dedupe.worker.index_records.Origin`.
     """
     return dead_letter(
         settings,

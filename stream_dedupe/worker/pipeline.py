@@ -25,40 +25,25 @@ from aiokafka.partitioner import DefaultPartitioner  # type: ignore[import-untyp
 
 from stream_dedupe.core.engine import DedupeEngine
 from stream_dedupe.core.events import DOCUMENT_EVENTS
-from stream_dedupe.core.records import Invalid, ParseLimits, Record, parse_keyed
+from stream_dedupe.core.records import Invalid, ParseLimits, Record
 from stream_dedupe.core.signer import Signed
 from stream_dedupe.errors import StreamDedupeError
 from stream_dedupe.worker import faust_compat
+from stream_dedupe.worker.index_records import Origin, origin_of, record_of, signature_of
 from stream_dedupe.worker.metrics import WorkerMetrics
 from stream_dedupe.worker.outputs import fit_outputs, invalid_letter, poison_fault, short_key
 from stream_dedupe.worker.poison import await_settled, decide_safely
+from stream_dedupe.worker.produce import send_batches
 from stream_dedupe.worker.settings import WorkerSettings
-from stream_dedupe.worker.sign import FETCH_MAX_WAIT_MS, SIGNED_HEADER, SignStage
+from stream_dedupe.worker.sign import FETCH_MAX_WAIT_MS, SignStage
 from stream_dedupe.worker.sizes import TopicLimits, read_topic_limits
-from stream_dedupe.worker.store import FaustTableStore, fault_point, send_batches
+from stream_dedupe.worker.store import FaustTableStore, fault_point
 
 log = logging.getLogger("stream_dedupe.worker")
 _PARTITIONER = DefaultPartitioner()
 
 INDEX_OFFSET_KEY = b"worker:index-offset"
 INPUT_OFFSET_PREFIX = b"worker:input-offset:"
-
-
-
-@dataclass
-class _Origin:
-    topic: str
-    partition: int
-    offset: int
-    timestamp: float | None
-    key: bytes | None
-    value: bytes | None
-    #: Size and SHA-256 of the original value when the sign stage forwarded only a prefix.
-    size: int | None = None
-    sha256: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"topic": self.topic, "partition": self.partition, "offset": self.offset}
 
 
 @dataclass
@@ -269,38 +254,6 @@ async def _reset_engine(rt: Runtime) -> None:
     rt.metrics.restart_counters()
 
 
-def _origin(m: Any) -> _Origin:
-    h = dict(m.headers or ())
-    if "sd-offset" in h:
-        ts = int(h["sd-ts"]) / 1000.0 if "sd-ts" in h else m.timestamp / 1000.0
-        origin = _Origin(h["sd-topic"].decode(), int(h["sd-partition"]), int(h["sd-offset"]), ts, m.key, m.value)
-        if "sd-size" in h:
-            origin.size, origin.sha256 = int(h["sd-size"]), h["sd-sha256"].decode()
-        return origin
-    ts = m.timestamp / 1000.0 if m.timestamp and m.timestamp > 0 else None
-    return _Origin(m.topic, m.partition, m.offset, ts, m.key, m.value)  # not routed (written directly)
-
-
-def _signed(engine: DedupeEngine, m: Any) -> Signed | None:
-    """The record's signature from the sign stage, if made with the engine's parameters."""
-    for key, value in m.headers or ():
-        if key == SIGNED_HEADER:
-            return engine.signer.decode(value)
-    return None
-
-
-def _record(m: Any, limits: ParseLimits) -> Record:
-    headers = m.headers or ()
-    for key, value in headers:
-        if key == "sd-invalid":  # judged by the sign stage (too large to forward); the value is a prefix
-            h = dict(headers)
-            doc_id = h["sd-id"].decode("utf-8", "replace") if "sd-id" in h else None
-            return Invalid(value.decode(), h.get("sd-detail", b"").decode("utf-8", "replace"), doc_id)
-    if any(k == "sd-deleted" for k, _ in headers):
-        return parse_keyed(m.key, None, limits)
-    return parse_keyed(m.key, m.value or b"", limits)
-
-
 async def _partitions(rt: Runtime, topic: str) -> list[int]:
     parts = rt.partitions.get(topic)
     if parts is None:
@@ -362,20 +315,20 @@ async def _decide_batch(
     s, engine, store, producer = rt.settings, rt.engine, rt.store, rt.producer
     assert engine is not None and producer is not None and rt.parse_limits is not None and rt.sizes is not None
     records: list[Record] = []
-    origins: list[_Origin] = []
+    origins: list[Origin] = []
     signed: list[Signed | None] = []
     new_offsets: dict[tuple[str, int], int] = {}
     for m in messages:
         if m.offset <= rt.index_offset:
             continue
-        origin = _origin(m)
+        origin = origin_of(m)
         tp = (origin.topic, origin.partition)
         if origin.offset <= max(rt.decided.get(tp, -1), new_offsets.get(tp, -1)):
             continue  # decided before a restart (or forwarded twice by route)
         new_offsets[tp] = origin.offset
-        records.append(override or _record(m, rt.parse_limits))
+        records.append(override or record_of(m, rt.parse_limits))
         origins.append(origin)
-        signed.append(None if override else _signed(engine, m))
+        signed.append(None if override else signature_of(engine, m))
     if override is None:
         poison_fault(records)
     last_index = messages[-1].offset

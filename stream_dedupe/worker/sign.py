@@ -34,9 +34,9 @@ from stream_dedupe.core.signer import Signed, Signer
 from stream_dedupe.sign_pool import SignPool, SignPoolError
 from stream_dedupe.worker.metrics import WorkerMetrics
 from stream_dedupe.worker.poison import is_record_error, is_transient
+from stream_dedupe.worker.produce import send_batches
 from stream_dedupe.worker.settings import WorkerSettings
 from stream_dedupe.worker.sizes import TopicLimits, read_topic_limits, record_bytes
-from stream_dedupe.worker.store import send_batches
 
 log = logging.getLogger("stream_dedupe.worker.sign")
 

@@ -43,6 +43,7 @@ from typing import Any
 
 from stream_dedupe.storage.base import NAMESPACES, WriteSet
 from stream_dedupe.worker import faust_compat
+from stream_dedupe.worker.produce import send_batches
 from stream_dedupe.worker.sizes import FRAMING, TopicLimits, record_bytes
 
 log = logging.getLogger("stream_dedupe.worker.store")
@@ -113,49 +114,6 @@ def decode_batch(blob: bytes) -> dict[str, dict[bytes, bytes | None]]:
             value = blob[pos : pos + vlen]
             pos += vlen
         out.setdefault(namespace, {})[key] = value
-    return out
-
-
-Headers = Sequence[tuple[str, bytes]]
-
-
-async def send_batches(
-    producer: Any,
-    topic: str,
-    partition: int,
-    records: Sequence[tuple[bytes | None, bytes | None]],
-    headers: Sequence[Headers] | None = None,
-    max_bytes: int | None = None,
-) -> list[tuple[Any, int]]:
-    """Send records to one partition as whole producer batches; ``(ack future, records)`` per batch.
-
-    One ``send_batch`` per ~1 MB instead of one ``send`` per record: the changelog of a batch of
-    500 documents is a few thousand records. ``max_bytes`` (the topic's ``max.message.bytes``)
-    caps every batch, uncompressed; a record larger than it on its own is sent alone (callers
-    check sizes first, see :mod:`stream_dedupe.worker.sizes`).
-    """
-    out: list[tuple[Any, int]] = []
-    batch, count, size = producer.create_batch(), 0, FRAMING
-    for i, (key, value) in enumerate(records):
-        extra = list(headers[i]) if headers else []
-        need = record_bytes(key, value, extra) - FRAMING + 21
-        if max_bytes is not None and count and size + need > max_bytes:
-            batch.close()
-            out.append((await producer.send_batch(batch, topic, partition=partition), count))
-            batch, count, size = producer.create_batch(), 0, FRAMING
-        if batch.append(key=key, value=value, timestamp=None, headers=extra) is None:
-            if count == 0:
-                raise ValueError(f"a record of {len(value or b'')} bytes does not fit a producer batch ({topic})")
-            batch.close()
-            out.append((await producer.send_batch(batch, topic, partition=partition), count))
-            batch, count, size = producer.create_batch(), 0, FRAMING
-            if batch.append(key=key, value=value, timestamp=None, headers=extra) is None:
-                raise ValueError(f"a record of {len(value or b'')} bytes does not fit a producer batch ({topic})")
-        count += 1
-        size += need
-    if count:
-        batch.close()
-        out.append((await producer.send_batch(batch, topic, partition=partition), count))
     return out
 
 
