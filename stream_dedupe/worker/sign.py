@@ -210,8 +210,6 @@ class SignStage:
         n = self.settings.sign_processes()
         if n <= 0 or self.signer is None:
             return
-        from stream_dedupe.sign_pool import SignPool
-
         try:
             self.pool = await asyncio.to_thread(SignPool, n, "spawn", True)
         except Exception:
@@ -223,6 +221,8 @@ class SignStage:
     async def _stop_pool(self) -> None:
         pool, self.pool = self.pool, None
         if self._restarting is not None:
+            # A pool still being started is not waited for: its processes exit with this one
+            # (PR_SET_PDEATHSIG and the parent watchdog of sign_pool._init_worker).
             self._restarting.cancel()
         if pool is not None:
             await asyncio.to_thread(pool.close)
