@@ -138,8 +138,7 @@ class BoilerplateLearner:
         return "".join(kept)  # line ends kept: header/footer patterns still see the same lines
 
     def _count(self, seen: dict[bytes, str], source: str, doc_id: str) -> None:
-        state = self.state
-        self.state.prefetch(NAMESPACE, list(seen))
+        state = self.state  # a batch prefetched every line's count (BatchPreparer.strip_boilerplate)
         for key, form in seen.items():
             raw = state.get(NAMESPACE, key)
             value: list[Any] = [0, []] if raw is None else orjson.loads(raw)
