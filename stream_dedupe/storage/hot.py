@@ -32,8 +32,8 @@ store's only writes):
 * Read-only users build views of their own and never commit them (``api_query``, the
   speculative engine of ``api_shadow``, ``exports``, ``explain``, the worker's gauges,
   ``embedded.resume_point``); ``rebuild_index``, ``learned_lines`` and retention's
-  ``expired_ids`` only read; ``RocksStore.compact`` rewrites files, not values; retention and
-  ``--deduped`` deletions go through the engine (``process`` + ``commit``).
+  ``expired_ids`` only read; ``RocksStore.compact`` rewrites files, not values; retention's
+  deletions go through the engine (``process`` + ``commit``, ``embedded.py``).
 
 The engine's in-memory LSH index relies on the same single-writer rule. A new writer that runs
 while an engine lives must call ``StateView.invalidate()``.
