@@ -5,6 +5,7 @@ rest) and runs the decide-only loop of ``bench/bench_index.py`` once. Nested pha
 a phase's time includes its children's.
 
     python bench/decide_phases.py --docs 20000
+    python bench/decide_phases.py --docs 20000 --cache-entries 200000   # committed values kept between batches
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from stream_dedupe.core.batch import BatchPreparer
 from stream_dedupe.core.engine import DedupeEngine
 from stream_dedupe.core.records import Document, parse_document
 from stream_dedupe.core.signer import Signer
+from stream_dedupe.storage.rocks import RocksStore
 from stream_dedupe.storage.state import StateView
 
 TIMES: Counter[str] = Counter()
@@ -46,6 +48,8 @@ PHASES: list[tuple[Any, str, str]] = [
     (engine_module, "update_cover", "    cover update"),
     (DedupeEngine, "_resign_carriers", "  boilerplate carriers signed again"),
     (StateView, "commit", "commit (RocksDB write batch)"),
+    (RocksStore, "write", "  RocksStore.write (WriteBatch puts + write)"),
+    (RocksStore, "get_many", "RocksStore.get_many (every multi-get, in the phases above)"),
     (bench_index, "parse_document", "parse_document"),
 ]
 
@@ -71,7 +75,16 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=20000)
     parser.add_argument("--dup-fraction", type=float, default=0.3)
     parser.add_argument("--batch", type=int, default=500)
+    parser.add_argument("--cache-entries", type=int, default=None, help="StateView cache bound (default: the engine's)")
     args = parser.parse_args()
+    if args.cache_entries is not None and hasattr(StateView, "resize_cache"):
+        engine_init = DedupeEngine.__init__
+
+        def init(self: DedupeEngine, *a: Any, **k: Any) -> None:
+            engine_init(self, *a, **k)
+            self.state.resize_cache(args.cache_entries)
+
+        DedupeEngine.__init__ = init  # type: ignore[method-assign]
     lines = [orjson.dumps(d) for d in generate(args.docs, 1, args.dup_fraction)]
     signer = Signer(DedupeParams())
     docs = [parse_document(raw, 1 << 20) for raw in lines]

@@ -306,12 +306,17 @@ class RuntimeLimits:
         max_bucket_size: An LSH bucket stops growing at this many members (a hot bucket, usually
             boilerplate); lookups still return the members it has.
         batch_size: Documents signed and decided together.
+        state_cache_entries: Bound, in entries, of the committed state values kept in memory
+            between batches (``storage/hot.py``); 0 (the default) keeps none: measured, the
+            cache cost more than the reads it saved (BENCHMARKS.md, "The decide path, batch at
+            a time"). About 190 bytes an entry.
 
     """
 
     max_doc_bytes: int = 1 << 20
     max_bucket_size: int = 500
     batch_size: int = 512
+    state_cache_entries: int = 0
 
     def __post_init__(self) -> None:
         if self.max_doc_bytes < 64:
@@ -320,6 +325,8 @@ class RuntimeLimits:
             raise ConfigError(f"max_bucket_size must be at least 2, got {self.max_bucket_size}")
         if not 1 <= self.batch_size <= 100_000:
             raise ConfigError(f"batch_size must be between 1 and 100000, got {self.batch_size}")
+        if self.state_cache_entries < 0:
+            raise ConfigError(f"state_cache_entries must be 0 (no cache) or more, got {self.state_cache_entries}")
 
 
 #: The command-line flags that set each stored parameter (the worker's flags have the same names).

@@ -119,6 +119,7 @@ class BatchPreparer:
         """
         state = self.state
         ids = {p.doc.doc_id for p in prepared}
+        prepared_ids = set(ids)
         # a re-crawl's old version leaves the band tables by its stored signature
         state.prefetch("sigs", [key for key in (i.encode("utf-8") for i in ids) if state.get("docs", key) is not None])
         signed = []
@@ -130,9 +131,22 @@ class BatchPreparer:
                 signed.append(item.band_hashes)
         if signed:
             ids |= lsh.query_many(np.stack(signed))
+        # A batch document with no record in the state has no union-find records, edges or
+        # signature there either (the engine's invariant, which ``_decide`` relies on too): no read.
+        own = [
+            k
+            for k in (i.encode("utf-8") for i in prepared_ids)
+            if state.get("docs", k) is None and not state.staged("docs", k)
+        ]
+        for key in own:
+            for namespace in ("parent", "clusters", "edges"):
+                state.mark_absent(namespace, key)
         keys = [i.encode("utf-8") for i in ids]
-        for namespace in ("docs", "parent", "clusters", "edges", "sets" if self.params.verify == "exact" else "sigs"):
-            state.prefetch(namespace, keys)
+        absent = set(own)
+        rest = [k for k in keys if k not in absent] if absent else keys
+        state.prefetch("docs", keys)
+        for namespace in ("parent", "clusters", "edges", "sets" if self.params.verify == "exact" else "sigs"):
+            state.prefetch(namespace, rest)
         # Their content groups (the cover reads a neighbour's group to expand it).
         records = (state.doc(i) for i in ids)
         state.prefetch("exact", list({r.content_hash for r in records if r is not None}))

@@ -29,7 +29,7 @@ import orjson
 
 from stream_dedupe.config import BoilerplateConfig
 from stream_dedupe.core.lineform import ascii_form
-from stream_dedupe.storage.state import StateView
+from stream_dedupe.storage.state import StateView, dumps
 
 _NON_WORD = re.compile(r"[\W_]+")
 NAMESPACE = "boilerplate"
@@ -138,8 +138,7 @@ class BoilerplateLearner:
         return "".join(kept)  # line ends kept: header/footer patterns still see the same lines
 
     def _count(self, seen: dict[bytes, str], source: str, doc_id: str) -> None:
-        state = self.state
-        self.state.prefetch(NAMESPACE, list(seen))
+        state = self.state  # a batch prefetched every line's count (BatchPreparer.strip_boilerplate)
         for key, form in seen.items():
             raw = state.get(NAMESPACE, key)
             value: list[Any] = [0, []] if raw is None else orjson.loads(raw)
@@ -149,9 +148,9 @@ class BoilerplateLearner:
                 self.learned.add(key)
                 self.pending.update(carriers)
                 self.pending.add(doc_id)
-                state.put(NAMESPACE, key, orjson.dumps([count, source, form]))
+                state.put(NAMESPACE, key, dumps([count, source, form]))
             else:
-                state.put(NAMESPACE, key, orjson.dumps([count, [*carriers, doc_id]]))
+                state.put(NAMESPACE, key, dumps([count, [*carriers, doc_id]]))
 
 
 def learned_lines(state: StateView, min_docs: int) -> Iterator[tuple[str, int, str]]:

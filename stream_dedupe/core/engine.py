@@ -57,7 +57,7 @@ class DedupeEngine:
         self.params = resolve(params)
         self.limits = limits or RuntimeLimits()
         self.store = store
-        self.state = StateView(store)
+        self.state = StateView(store, self.limits.state_cache_entries)
         self.uf = UnionFind(self.state)
         self.cover = StateCoverGraph(self.state, self.params)
         self.signer = Signer(self.params)

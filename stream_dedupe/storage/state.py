@@ -8,7 +8,6 @@ storage engine; it works the same over the in-memory and the RocksDB adapters.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -16,84 +15,12 @@ import orjson
 
 from stream_dedupe.model import CanonicalKey, ClusterInfo
 from stream_dedupe.storage.base import NAMESPACES, KVStore
+from stream_dedupe.storage.docrecord import DocRecord, dumps
+from stream_dedupe.storage.hot import MISS, HotCache
+
+__all__ = ["DEFAULT_CACHE_ENTRIES", "HOT_NAMESPACES", "DocRecord", "Edge", "StateView", "dumps"]
 
 _U32 = np.dtype("<u4")
-
-
-@dataclass(frozen=True)
-class DocRecord:
-    """What the state keeps about each document.
-
-    Attributes:
-        content_hash: 128-bit hash of the normalized text.
-        length: Normalized length in characters (canonical policy).
-        updated_at_us: ``updated_at`` in microseconds, or None.
-        tokens: Number of tokens of the normalized text.
-        indexed: True when the document's bands are in the LSH index (it represents its content).
-        source: The document's ``source``, or None (retention policies are per source).
-        covered_by: The representative that holds this document's place in the index (a verified
-            near-duplicate of it), or None when the document is itself a representative.
-        covered_similarity: Verified similarity to ``covered_by`` (None for a representative).
-        title_key: 8 bytes (hex) identifying the normalized title, or None (no title, or the
-            title guard is off): documents with different titles are never near-duplicates.
-
-    """
-
-    content_hash: bytes
-    length: int
-    updated_at_us: int | None
-    tokens: int
-    indexed: bool
-    source: str | None = None
-    covered_by: str | None = None
-    covered_similarity: float | None = None
-    title_key: str | None = None
-
-    @property
-    def representative(self) -> bool:
-        """True if the document is in the indexed (deduped) set."""
-        return self.covered_by is None
-
-    def encode(self) -> bytes:
-        """Versioned JSON encoding (version 2 added ``source``, version 3 the cover fields)."""
-        fields: list[Any] = [3, self.content_hash.hex(), self.length, self.updated_at_us, self.tokens, self.indexed]
-        fields += [self.source, self.title_key]
-        if self.covered_by is not None:
-            fields += [self.covered_by, self.covered_similarity]
-        return orjson.dumps(fields)
-
-    @staticmethod
-    def encode_representative(
-        content_hash: bytes,
-        length: int,
-        updated_at_us: int | None,
-        tokens: int,
-        indexed: bool,
-        source: str | None,
-        title_key: str | None,
-    ) -> bytes:
-        """:meth:`encode` of a representative's record, without building the record first."""
-        return orjson.dumps([3, content_hash.hex(), length, updated_at_us, tokens, indexed, source, title_key])
-
-    @classmethod
-    def decode(cls, raw: bytes) -> DocRecord:
-        """Inverse of :meth:`encode` (reads version 1 and 2 records too)."""
-        fields = orjson.loads(raw)
-        source = fields[6] if fields[0] >= 2 else None
-        title_key = fields[7] if fields[0] >= 3 else None
-        covered_by, similarity = (fields[8], fields[9]) if len(fields) > 9 else (None, None)
-        return cls(
-            content_hash=bytes.fromhex(fields[1]),
-            length=fields[2],
-            updated_at_us=fields[3],
-            tokens=fields[4],
-            indexed=fields[5],
-            source=source,
-            covered_by=covered_by,
-            covered_similarity=similarity,
-            title_key=title_key,
-        )
-
 
 Edge = tuple[str, float, bool]
 
@@ -123,46 +50,97 @@ def decode_cluster(raw: bytes) -> ClusterInfo:
     return _decode_cluster(raw)
 
 
-#: Namespaces whose decoded values :class:`StateView` keeps for the batch.
+#: Namespaces whose decoded values :class:`StateView` keeps for the batch (``docs`` is kept apart, by id).
 _DECODED = ("exact", "edges", "clusters")
+#: Namespaces whose committed values are kept between batches (:mod:`~stream_dedupe.storage.hot`):
+#: the small ones that later batches read again. Not ``documents``, ``sigs`` and ``sets``: about
+#: 3.5 KB a document together, most of them never read again.
+HOT_NAMESPACES = ("meta", "docs", "exact", "parent", "clusters", "edges", "boilerplate")
+#: Default bound of that cache, in entries over all its tables (``RuntimeLimits.state_cache_entries``):
+#: off, because it did not pay on the decide benchmark (BENCHMARKS.md, "The decide path, batch at a time").
+DEFAULT_CACHE_ENTRIES = 0
+_RECORDS = "docs~"  # the hot table of decoded document records, keyed by id
 
 
 class StateView:
     """Batch-scoped, typed view of the state; also the union-find's :class:`ClusterStore`.
 
+    Reads go through the batch's overlay, then the :class:`~stream_dedupe.storage.hot.HotCache`
+    of committed values, then the store; writes stay in the overlay until :meth:`commit`.
+
     Args:
         store: The key-value store underneath.
+        cache_entries: Bound of the cache of committed values kept between batches (0: none).
 
     """
 
-    def __init__(self, store: KVStore) -> None:
+    #: Keep decoded values (records, edge lists) between batches too, not only raw bytes.
+    keep_decoded = True
+
+    def __init__(self, store: KVStore, cache_entries: int = DEFAULT_CACHE_ENTRIES) -> None:
         self.store = store
         self._cache: dict[str, dict[bytes, bytes | None]] = {ns: {} for ns in NAMESPACES}
-        self._dirty: dict[str, set[bytes]] = {ns: set() for ns in NAMESPACES}
+        #: The batch's writes (also in ``_cache``): handed to the store as they are at commit.
+        self._writes: dict[str, dict[bytes, bytes | None]] = {ns: {} for ns in NAMESPACES}
         #: Decoded document records of this batch (a record is read many times per decision).
         self._records: dict[str, DocRecord | None] = {}
         #: Decoded values of the JSON namespaces read many times per decision (dropped on write).
         self._decoded: dict[str, dict[bytes, Any]] = {ns: {} for ns in _DECODED}
+        self.hot = HotCache([*HOT_NAMESPACES, _RECORDS, *(ns + "~" for ns in _DECODED)], cache_entries)
+
+    def resize_cache(self, entries: int) -> None:
+        """Bound the cache of committed values to ``entries`` (dropping what it holds)."""
+        self.hot = HotCache(self.hot.tables, entries)
+
+    def invalidate(self) -> None:
+        """Forget the committed values held between batches: call after writing the store by another path.
+
+        :mod:`stream_dedupe.storage.hot` lists every writer of the store and why none of them needs
+        this today (each runs before the view exists, or on a worker whose engine is rebuilt).
+        """
+        self.hot.clear()
 
     # -- raw access -------------------------------------------------------------------------
     def prefetch(self, namespace: str, keys: Sequence[bytes]) -> None:
-        """Load many keys with one multi-get (values already in the overlay are kept)."""
+        """Load many keys with one multi-get (values already in the overlay or the cache are not read)."""
         cache = self._cache[namespace]
-        missing = list({k for k in keys if k not in cache})
-        for key, value in zip(missing, self.store.get_many(namespace, missing), strict=True):
-            cache[key] = value
+        wanted = set(keys).difference(cache)  # a C loop over the keys (``set - dict.keys()`` loops over the dict)
+        if not wanted:
+            return
+        if namespace in HOT_NAMESPACES and self.hot.limit:
+            held = self.hot.take(namespace, wanted)
+            if held:
+                cache.update(held)
+                wanted -= held.keys()
+            if wanted:
+                missing = list(wanted)
+                read = dict(zip(missing, self.store.get_many(namespace, missing), strict=True))
+                cache.update(read)
+                self.hot.put(namespace, read)
+            return
+        missing = list(wanted)
+        cache.update(zip(missing, self.store.get_many(namespace, missing), strict=True))
 
     def get(self, namespace: str, key: bytes) -> bytes | None:
-        """Read through the overlay."""
+        """Read through the overlay and the cache."""
         cache = self._cache[namespace]
-        if key not in cache:
-            cache[key] = self.store.get_many(namespace, [key])[0]
-        return cache[key]
+        try:
+            return cache[key]
+        except KeyError:
+            pass
+        hot = namespace in HOT_NAMESPACES and self.hot.limit > 0
+        value = self.hot.lookup(namespace, key) if hot else MISS
+        if value is MISS:
+            value = self.store.get_many(namespace, [key])[0]
+            if hot:
+                self.hot.put(namespace, {key: value})
+        cache[key] = value
+        return value  # type: ignore[no-any-return]
 
     def put(self, namespace: str, key: bytes, value: bytes | None) -> None:
         """Write into the overlay (None deletes)."""
         self._cache[namespace][key] = value
-        self._dirty[namespace].add(key)
+        self._writes[namespace][key] = value
         if namespace == "docs":
             self._records.pop(key.decode("utf-8"), None)
         elif namespace in _DECODED:
@@ -171,7 +149,7 @@ class StateView:
     def put_many(self, namespace: str, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
         """Write many keys into the overlay at once (None deletes)."""
         self._cache[namespace].update(zip(keys, values, strict=True))
-        self._dirty[namespace].update(keys)
+        self._writes[namespace].update(zip(keys, values, strict=True))
         if namespace == "docs" and self._records:
             for key in keys:
                 self._records.pop(key.decode("utf-8"), None)
@@ -180,35 +158,75 @@ class StateView:
             for key in keys:
                 decoded.pop(key, None)
 
+    def staged(self, namespace: str, key: bytes) -> bool:
+        """True if this batch wrote ``key`` (its value in the overlay is not the store's)."""
+        return key in self._writes[namespace]
+
     def mark_absent(self, namespace: str, key: bytes) -> None:
         """Record in the overlay that ``key`` is known to be absent (saves a store read)."""
         self._cache[namespace].setdefault(key, None)
 
     def commit(self, meta: dict[bytes, bytes | None] | None = None) -> None:
-        """Apply every held-back write, plus ``meta`` entries, as one atomic batch."""
+        """Apply every held-back write, plus ``meta`` entries, as one atomic batch.
+
+        The written values then replace the cache's (write-through), with the decoded values of
+        this batch; if the store write fails the cache is cleared (the store may hold part of it).
+        """
         for key, value in (meta or {}).items():
             self.put("meta", key, value)
-        batch = {ns: {k: self._cache[ns][k] for k in keys} for ns, keys in self._dirty.items() if keys}
+        batch = {ns: writes for ns, writes in self._writes.items() if writes}
         if batch:
-            self.store.write(batch)
+            try:
+                self.store.write(batch)
+            except BaseException:
+                self.hot.clear()
+                raise
+        if self.hot.limit:
+            self._write_through(batch)
         self.discard()
 
+    def _write_through(self, batch: dict[str, dict[bytes, bytes | None]]) -> None:
+        """Put the committed values of ``batch`` and the batch's decoded values into the cache."""
+        hot = self.hot
+        for ns, ops in batch.items():
+            if ns in HOT_NAMESPACES:
+                hot.put(ns, ops)
+        if not self.keep_decoded:
+            return
+        # Decoded values: current for every key of the batch (a write drops or replaces its own);
+        # a written key whose decoded value this batch does not hold is forgotten.
+        records = self._records
+        written = batch.get("docs")
+        if written:
+            hot.forget(_RECORDS, {k.decode("utf-8") for k in written}.difference(records))
+        hot.put(_RECORDS, records)
+        for ns, table in self._decoded.items():
+            written = batch.get(ns)
+            if written:
+                hot.forget(ns + "~", set(written).difference(table))
+            hot.put(ns + "~", table)
+
     def discard(self) -> None:
-        """Drop the overlay (uncommitted writes are lost)."""
+        """Drop the overlay (uncommitted writes are lost; the cache holds committed values only)."""
         for ns in NAMESPACES:
             self._cache[ns].clear()
-            self._dirty[ns].clear()
+        self._writes = {ns: {} for ns in NAMESPACES}  # new dicts: the store may keep the batch's
         self._records.clear()
         for table in self._decoded.values():
             table.clear()
 
     def _decoded_value(self, namespace: str, key: bytes, decode: Callable[[bytes], Any]) -> Any:
-        """``decode`` of a value read through the overlay, decoded once per batch (None if missing)."""
+        """``decode`` of a value read through the overlay, decoded once (None if missing)."""
         table = self._decoded[namespace]
         try:
             return table[key]
         except KeyError:
             pass
+        if self.hot.limit and key not in self._writes[namespace]:
+            value = self.hot.lookup(namespace + "~", key)
+            if value is not MISS:
+                table[key] = value
+                return value
         raw = self.get(namespace, key)
         value = None if raw is None else decode(raw)
         table[key] = value
@@ -221,7 +239,7 @@ class StateView:
 
     def put_json(self, key: bytes, value: Any) -> None:
         """Write a JSON value into the meta namespace (None deletes)."""
-        self.put("meta", key, None if value is None else orjson.dumps(value))
+        self.put("meta", key, None if value is None else dumps(value))
 
     # -- documents --------------------------------------------------------------------------
     def doc(self, doc_id: str) -> DocRecord | None:
@@ -230,7 +248,13 @@ class StateView:
             return self._records[doc_id]
         except KeyError:
             pass
-        raw = self.get("docs", _key(doc_id))
+        key = _key(doc_id)
+        if self.hot.limit and key not in self._writes["docs"]:
+            held = self.hot.lookup(_RECORDS, doc_id)
+            if held is not MISS:
+                self._records[doc_id] = held
+                return held  # type: ignore[no-any-return]
+        raw = self.get("docs", key)
         record = None if raw is None else DocRecord.decode(raw)
         self._records[doc_id] = record
         return record
@@ -298,7 +322,7 @@ class StateView:
         return [] if ids is None else list(ids)
 
     def _put_id_list(self, namespace: str, key: bytes, ids: list[str]) -> None:
-        self.put(namespace, key, orjson.dumps(ids) if ids else None)
+        self.put(namespace, key, dumps(ids) if ids else None)
 
     def exact_group(self, content_hash: bytes) -> list[str]:
         """Ids of the documents whose normalized text has this hash (first: the indexed one)."""
@@ -310,7 +334,7 @@ class StateView:
 
     def put_new_exact_groups(self, content_hashes: Sequence[bytes], doc_ids: Sequence[str]) -> None:
         """Stage new exact-content groups of one document each, with one overlay write."""
-        self.put_many("exact", content_hashes, [orjson.dumps([doc_id]) for doc_id in doc_ids])
+        self.put_many("exact", content_hashes, [dumps([doc_id]) for doc_id in doc_ids])
 
     def edges(self, doc_id: str) -> list[Edge]:
         """Verified pairs of a document: ``(other id, similarity, exact)``."""
@@ -319,7 +343,7 @@ class StateView:
 
     def put_edges(self, doc_id: str, edges: list[Edge]) -> None:
         """Replace a document's edges (empty deletes them)."""
-        self.put("edges", _key(doc_id), orjson.dumps(edges) if edges else None)
+        self.put("edges", _key(doc_id), dumps(edges) if edges else None)
 
     # -- union-find (ClusterStore protocol) --------------------------------------------------
     def get_parent(self, doc_id: str) -> str | None:
@@ -345,7 +369,7 @@ class StateView:
         self.put(
             "clusters",
             _key(root),
-            orjson.dumps([info.size, info.label, [c.doc_id, c.length, c.updated_at_us]]),
+            dumps([info.size, info.label, [c.doc_id, c.length, c.updated_at_us]]),
         )
 
     def canonical_key(self, doc_id: str) -> CanonicalKey:

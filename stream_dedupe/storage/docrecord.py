@@ -1,0 +1,96 @@
+"""The record the state keeps for each document (``docs`` namespace) and its versioned encoding.
+
+Re-exported by :mod:`stream_dedupe.storage.state`, where it is usually imported from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+
+def dumps(value: Any) -> bytes:
+    """``orjson.dumps`` copied to its length.
+
+    orjson 3.13 returns bytes objects that keep their whole output buffer: 4 KB for a short list,
+    8 KB for a 1,000-character string, 65 KB for 5,000 (measured with ``tracemalloc``). A batch
+    stages thousands of such values (and the in-memory store keeps them): the copy costs ~0.11 us.
+    """
+    return memoryview(orjson.dumps(value)).tobytes()
+
+
+@dataclass(frozen=True)
+class DocRecord:
+    """What the state keeps about each document.
+
+    Attributes:
+        content_hash: 128-bit hash of the normalized text.
+        length: Normalized length in characters (canonical policy).
+        updated_at_us: ``updated_at`` in microseconds, or None.
+        tokens: Number of tokens of the normalized text.
+        indexed: True when the document's bands are in the LSH index (it represents its content).
+        source: The document's ``source``, or None (retention policies are per source).
+        covered_by: The representative that holds this document's place in the index (a verified
+            near-duplicate of it), or None when the document is itself a representative.
+        covered_similarity: Verified similarity to ``covered_by`` (None for a representative).
+        title_key: 8 bytes (hex) identifying the normalized title, or None (no title, or the
+            title guard is off): documents with different titles are never near-duplicates.
+
+    """
+
+    content_hash: bytes
+    length: int
+    updated_at_us: int | None
+    tokens: int
+    indexed: bool
+    source: str | None = None
+    covered_by: str | None = None
+    covered_similarity: float | None = None
+    title_key: str | None = None
+
+    @property
+    def representative(self) -> bool:
+        """True if the document is in the indexed (deduped) set."""
+        return self.covered_by is None
+
+    def encode(self) -> bytes:
+        """Versioned JSON encoding (version 2 added ``source``, version 3 the cover fields)."""
+        fields: list[Any] = [3, self.content_hash.hex(), self.length, self.updated_at_us, self.tokens, self.indexed]
+        fields += [self.source, self.title_key]
+        if self.covered_by is not None:
+            fields += [self.covered_by, self.covered_similarity]
+        return dumps(fields)
+
+    @staticmethod
+    def encode_representative(
+        content_hash: bytes,
+        length: int,
+        updated_at_us: int | None,
+        tokens: int,
+        indexed: bool,
+        source: str | None,
+        title_key: str | None,
+    ) -> bytes:
+        """:meth:`encode` of a representative's record, without building the record first."""
+        return dumps([3, content_hash.hex(), length, updated_at_us, tokens, indexed, source, title_key])
+
+    @classmethod
+    def decode(cls, raw: bytes) -> DocRecord:
+        """Inverse of :meth:`encode` (reads version 1 and 2 records too)."""
+        fields = orjson.loads(raw)
+        source = fields[6] if fields[0] >= 2 else None
+        title_key = fields[7] if fields[0] >= 3 else None
+        covered_by, similarity = (fields[8], fields[9]) if len(fields) > 9 else (None, None)
+        return cls(
+            content_hash=bytes.fromhex(fields[1]),
+            length=fields[2],
+            updated_at_us=fields[3],
+            tokens=fields[4],
+            indexed=fields[5],
+            source=source,
+            covered_by=covered_by,
+            covered_similarity=similarity,
+            title_key=title_key,
+        )
