@@ -169,15 +169,16 @@ def dedupe(
     batch_size: Annotated[int, typer.Option(help="Documents per batch and per atomic commit.")] = 512,
     strict: Annotated[bool, typer.Option(help="Exit 1 if any record was invalid.")] = False,
     jobs: Annotated[
-        int | None,
+        int,
         typer.Option(
             help=default_help(
                 "Processes: sign in N-1 worker processes, decide in this one; the same events for any N "
-                "(1: one process; inputs under 4 MB or on stdin are signed in-process).",
-                "the usable cores",
+                "(0: the usable cores; inputs under 4 MB or on stdin are signed in-process). Signing is "
+                "~10% of the work today, so more than 1 pays only where cores are idle (BENCHMARKS.md).",
+                "1",
             )
         ),
-    ] = None,
+    ] = 1,
     progress: Annotated[
         bool, typer.Option(help="Progress on stderr (a bar on a terminal, else a line every 10 s).")
     ] = True,
@@ -220,12 +221,12 @@ def dedupe(
     from stream_dedupe.sign_pool import start_pool, usable_cores
     from stream_dedupe.storage.rocks import SMALL_RUN_BYTES, RocksStore
 
-    if jobs is not None and jobs < 1:
-        raise ConfigError(f"--jobs must be at least 1, got {jobs}")
+    if jobs < 0:
+        raise ConfigError(f"--jobs must be 0 (the usable cores) or more, got {jobs}")
     jit.choose(total_bytes(inputs), _directory_bytes(state))  # numba only for a big run
     gc_from_here()  # start-up is over (main() paused the collector); before forking a --jobs pool
     with ExitStack() as stack:
-        pool = start_pool(usable_cores() if jobs is None else jobs, total_bytes(inputs))  # before RocksDB's threads
+        pool = start_pool(jobs or usable_cores(), total_bytes(inputs))  # before RocksDB's threads
         if pool is not None:
             stack.callback(pool.close)
         store = RocksStore(state, memtable_bloom=not _small_run(inputs, total_bytes(inputs), SMALL_RUN_BYTES))

@@ -472,11 +472,11 @@ def test_replication_and_memory_settings_reach_the_worker() -> None:
     assert settings_env(rendered("dev-ephemeral"))["STREAM_DEDUPE_REPLICATION_FACTOR"] == "1"
 
 
-def test_jobs_default_to_the_cpu_limit_and_are_checked() -> None:
-    assert "STREAM_DEDUPE_JOBS" not in one(rendered("default"), "ConfigMap")["data"]  # null: the worker reads its quota
+def test_jobs_are_rendered_and_checked() -> None:
+    assert "STREAM_DEDUPE_JOBS" not in one(rendered("default"), "ConfigMap")["data"]  # null: the worker's default, 1
     proc = template("--set", "config.jobs=3")
     assert proc.returncode == 0, proc.stderr
     docs = tuple(d for d in yaml.safe_load_all(proc.stdout) if d)
     assert one(docs, "ConfigMap")["data"]["STREAM_DEDUPE_JOBS"] == "3"
-    refused = template("--set", "config.jobs=0")
+    refused = template("--set", "config.jobs=-1")
     assert refused.returncode != 0 and "jobs" in refused.stderr

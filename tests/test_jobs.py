@@ -48,8 +48,8 @@ def _dedupe(tmp: Path, name: str, corpus: Path, deletions: Path, jobs: int, pool
 
 def test_the_same_events_byte_for_byte_for_any_number_of_jobs(tmp_path: Path) -> None:
     corpus, deletions = write_mixed(tmp_path)
-    runs = {jobs: _dedupe(tmp_path, f"j{jobs}", corpus, deletions, jobs) for jobs in (1, 2, 3)}
-    assert runs[1] == runs[2] == runs[3]
+    runs = {jobs: _dedupe(tmp_path, f"j{jobs}", corpus, deletions, jobs) for jobs in (1, 2, 3, 0)}
+    assert runs[1] == runs[2] == runs[3] == runs[0]  # 0: the usable cores
     kinds = {orjson.loads(line)["event"] for line in runs[1].splitlines()}
     assert {"new", "duplicate-of", "invalid", "deleted", "canonical-changed", "cover-changed"} <= kinds, kinds
 
@@ -163,3 +163,10 @@ def test_ctrl_c_stops_every_process_and_the_run_resumes_to_the_same_events(tmp_p
     resumed = subprocess.run(cmd, capture_output=True, env=env, timeout=600)
     assert resumed.returncode == 0, resumed.stderr.decode()
     assert events.read_bytes() == expected
+
+
+def test_negative_jobs_is_refused_with_the_fix(tmp_path: Path) -> None:
+    corpus, _ = write_mixed(tmp_path)
+    result = subprocess.run([*CLI, str(corpus), "--state", str(tmp_path / "s"), "--jobs", "-1"], capture_output=True)
+    assert result.returncode == 2
+    assert "--jobs must be 0 (the usable cores) or more, got -1" in result.stderr.decode()

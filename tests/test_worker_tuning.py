@@ -38,25 +38,27 @@ def test_cgroup_v1_unlimited(tmp_path: Path) -> None:
 
 
 def test_explicit_jobs() -> None:
+    assert WorkerSettings.load(env={}).sign_processes() == 0  # the default: the worker signs in-process
     assert WorkerSettings.load(env={}, jobs=1).sign_processes() == 0
     assert WorkerSettings.load(env={}, jobs=3).sign_processes() == 2
     assert WorkerSettings.load(env={"STREAM_DEDUPE_JOBS": "4"}).sign_processes() == 3
 
 
-@pytest.mark.parametrize("bad", [0, -2, 65])
+@pytest.mark.parametrize("bad", [-1, 65])
 def test_jobs_out_of_range_says_how_to_fix(bad: int) -> None:
-    with pytest.raises(WorkerConfigError, match=r"jobs must be between 1 and 64.*STREAM_DEDUPE_JOBS or --jobs"):
+    with pytest.raises(WorkerConfigError, match=r"jobs must be between 0 and 64.*STREAM_DEDUPE_JOBS or --jobs"):
         WorkerSettings.load(env={}, jobs=bad)
 
 
-def test_default_follows_the_cgroup_quota(monkeypatch: pytest.MonkeyPatch) -> None:
-    default = WorkerSettings.load(env={})
+def test_jobs_0_follows_the_usable_cores_and_the_cgroup_quota(monkeypatch: pytest.MonkeyPatch) -> None:
+    auto = WorkerSettings.load(env={}, jobs=0)
+    monkeypatch.setattr(sign_pool.os, "sched_getaffinity", lambda _: {0, 1, 2, 3})
     monkeypatch.setattr(sign_pool, "cgroup_cpu_quota", lambda: None)
-    assert default.sign_processes() == 0  # no quota (a bare host, a pod without limits.cpu): in-process
+    assert auto.sign_processes() == 3  # no quota (a bare host, a pod without limits.cpu): every core
     monkeypatch.setattr(sign_pool, "cgroup_cpu_quota", lambda: 2.5)
-    assert default.sign_processes() == 2  # limits.cpu 2500m: 3 jobs, 2 signing processes
+    assert auto.sign_processes() == 2  # limits.cpu 2500m: 3 jobs, 2 signing processes
     monkeypatch.setattr(sign_pool, "cgroup_cpu_quota", lambda: 0.5)
-    assert default.sign_processes() == 0  # half a core: sign in-process
+    assert auto.sign_processes() == 0  # half a core: sign in-process
 
 
 def test_usable_cores_is_lowered_to_the_quota(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -99,7 +99,7 @@ def worker(
     ] = None,
     jobs: Annotated[
         int | None,
-        _opt("jobs", "Signing processes, as dedupe --jobs (1: in-process) [default: the cgroup CPU quota, else 1]."),
+        _opt("jobs", "Signing processes, as dedupe --jobs (0: the usable cores, cgroup quota included) [default: 1]."),
     ] = None,
     standby_replicas: Annotated[
         int | None, _opt("standby_replicas", "0: none; >= 1: non-deciding workers keep a state copy [default: 1].")

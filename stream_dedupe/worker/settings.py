@@ -8,7 +8,6 @@ field ``name`` maps to the variable ``STREAM_DEDUPE_<NAME>`` (upper case), e.g. 
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -68,11 +67,12 @@ class WorkerSettings:
         processing_guarantee: ``at_least_once`` (a restart may repeat identical events) or
             ``exactly_once`` (outputs in Kafka transactions: a ``read_committed`` consumer sees one
             event per input record; see docs/worker.md).
-        jobs: Processes that sign, as for ``dedupe --jobs``: 1 signs in the worker's own process;
-            N > 1 starts N - 1 signing processes (spawned at start, the compiled kernels loaded)
-            and the worker's process keeps the decide stage and the Kafka clients. None (the
-            default): the cgroup's CPU quota, rounded up (a Kubernetes ``limits.cpu``) when one is
-            set, else 1.
+        jobs: Processes that sign, as for ``dedupe --jobs``: 1 (the default) signs in the worker's
+            own process; N > 1 starts N - 1 signing processes (spawned at start, the compiled
+            kernels loaded) and the worker's process keeps the decide stage and the Kafka clients;
+            0: the usable cores (the CPU affinity, lowered to the cgroup's CPU quota, a Kubernetes
+            ``limits.cpu``). Signing is a small share of a worker's CPU since the compiled shingle
+            sets (BENCHMARKS.md, "Worker CPU per document"): more pays only where cores are idle.
         standby_replicas: 0: no standby copy; 1 or more: every worker that does not decide keeps
             a copy of the state, following the changelogs in bulk (stream_dedupe.worker.follow), so
             that it takes the decide stage over in seconds after a failure.
@@ -136,7 +136,7 @@ class WorkerSettings:
     max_doc_bytes: int = 1 << 20
     max_bucket_size: int = 500
     processing_guarantee: str = "at_least_once"
-    jobs: int | None = None
+    jobs: int = 1
     standby_replicas: int = 1
     session_timeout: float = 6.0
     heartbeat_interval: float = 1.0
@@ -173,10 +173,10 @@ class WorkerSettings:
                 f"processing_guarantee {self.processing_guarantee!r} is not supported: use at_least_once or "
                 f"exactly_once (set {ENV_PREFIX}PROCESSING_GUARANTEE or --processing-guarantee)"
             )
-        if self.jobs is not None and not 1 <= self.jobs <= MAX_JOBS:
+        if not 0 <= self.jobs <= MAX_JOBS:
             raise WorkerConfigError(
-                f"jobs must be between 1 and {MAX_JOBS}, got {self.jobs} (set {ENV_PREFIX}JOBS or --jobs; "
-                "1 signs in the worker's own process)"
+                f"jobs must be between 0 and {MAX_JOBS}, got {self.jobs} (set {ENV_PREFIX}JOBS or --jobs; "
+                "1 signs in the worker's own process, 0 uses the usable cores)"
             )
         if self.standby_replicas < 0:
             raise WorkerConfigError(f"standby_replicas must be >= 0, got {self.standby_replicas}")
@@ -277,12 +277,11 @@ class WorkerSettings:
 
     def sign_processes(self) -> int:
         """Signing processes to start besides the worker's own (0: the worker signs in-process)."""
-        if self.jobs is not None:
+        if self.jobs > 0:
             return self.jobs - 1
-        from stream_dedupe.sign_pool import cgroup_cpu_quota
+        from stream_dedupe.sign_pool import usable_cores
 
-        quota = cgroup_cpu_quota()
-        return 0 if quota is None else min(MAX_JOBS, max(1, math.ceil(quota))) - 1
+        return min(MAX_JOBS, usable_cores()) - 1
 
     def limits(self) -> RuntimeLimits:
         """The engine's runtime limits."""
