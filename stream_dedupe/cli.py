@@ -173,8 +173,7 @@ def dedupe(
         typer.Option(
             help=default_help(
                 "Processes: sign in N-1 worker processes, decide in this one; the same events for any N "
-                "(0: the usable cores; inputs under 4 MB or on stdin are signed in-process). Signing is "
-                "~10% of the work today, so more than 1 pays only where cores are idle (BENCHMARKS.md).",
+                "(0: the usable cores; inputs under 4 MB or on stdin are signed in-process).",
                 "1",
             )
         ),
