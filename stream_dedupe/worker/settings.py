@@ -24,7 +24,7 @@ ENV_PREFIX = "STREAM_DEDUPE_"
 #: Smallest ``rocksdb_memory_mb`` (below it the memtables flush every few hundred documents).
 MIN_MEMORY_MB = 64
 GUARANTEES = ("at_least_once", "exactly_once")
-#: Default zstd level of the produced batches (BENCHMARKS.md, "Worker --jobs and compression").
+#: Default zstd level of the produced batches (BENCHMARKS.md, "Worker CPU per document, `--jobs`, compression").
 ZSTD_LEVEL = 3
 #: Most ``jobs`` (each signing process holds numpy and the kernels: ~75 MB of its own memory, 170 MB of RSS).
 MAX_JOBS = 64

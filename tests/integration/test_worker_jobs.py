@@ -30,17 +30,10 @@ from tests.integration.conftest import (
     worker_state,
 )
 from tests.integration.test_worker_e2e import assert_one_decision_per_input, decision_order, synth_docs
+from tests.integration.test_worker_scale_out import metric
 
 N = 3000
 _STARTED = re.compile(r"sign stage: (\d+) signing processes started \(pids ([\d, ]+)\)")
-
-
-def sample(w: WorkerProcess, name: str, labels: str = "") -> float:
-    """One sample of the worker's /metrics (0 when absent)."""
-    status, body = w.get("/metrics")
-    assert status == 200
-    match = re.search(rf"^{re.escape(name + labels)} (\S+)$", body.decode(), re.MULTILINE)
-    return float(match.group(1)) if match else 0.0
 
 
 def signer_pids(w: WorkerProcess, starts: int = 1, timeout: float = 60.0) -> list[int]:
@@ -79,12 +72,12 @@ def test_signing_process_gives_the_engines_decisions(broker: Broker, names: Name
     w.wait_ready()
     (pid,) = signer_pids(w)
     assert w.proc is not None and pid != w.proc.pid and alive(pid)
-    assert sample(w, "stream_dedupe_sign_processes") == 1
+    assert metric(w, "stream_dedupe_sign_processes") == 1
     produce(broker.bootstrap, names.input, [(orjson.loads(d)["id"].encode(), d) for d in docs])
     msgs = consume(broker.bootstrap, names.events, until=n_document_events(N), timeout=180)
     # every document was signed by the sign stage (in the signing process), none by the decide stage
-    assert sample(w, "stream_dedupe_signed_documents_total", '{stage="sign"}') >= 0.9 * N
-    assert sample(w, "stream_dedupe_sign_pool_failures_total") == 0
+    assert metric(w, "stream_dedupe_signed_documents_total", '{stage="sign"}') >= 0.9 * N
+    assert metric(w, "stream_dedupe_sign_pool_failures_total") == 0
     # kill -9 of the worker takes its signing process with it (no orphan keeps running)
     w.kill9()
     deadline = time.monotonic() + 10
@@ -107,8 +100,8 @@ def test_killed_signing_process_is_replaced_and_loses_nothing(broker: Broker, na
     msgs = consume(broker.bootstrap, names.events, until=n_document_events(N), timeout=180)
     (second,) = signer_pids(w, starts=2)
     assert second != first and alive(second)
-    assert sample(w, "stream_dedupe_sign_pool_failures_total") >= 1
-    assert sample(w, "stream_dedupe_sign_processes") == 1
+    assert metric(w, "stream_dedupe_sign_pool_failures_total") >= 1
+    assert metric(w, "stream_dedupe_sign_processes") == 1
     assert w.proc is not None and w.proc.poll() is None, "the worker stopped"
     assert w.stop() == 0
     assert not alive(second), "the signing process outlived a clean stop"

@@ -35,10 +35,11 @@ def create_input(bootstrap: str, topic: str, partitions: int) -> None:
     assert asyncio.run(prepare_input_topic(bootstrap, topic, partitions)), "the input topic existed already"
 
 
-def metric(w: WorkerProcess, name: str) -> float:
+def metric(w: WorkerProcess, name: str, labels: str = "") -> float:
+    """One sample of the worker's /metrics, ``labels`` as exposed (``'{stage="sign"}'``); 0 when absent."""
     status, body = w.get("/metrics")
     assert status == 200
-    match = re.search(rf"^{re.escape(name)} (\S+)$", body.decode(), re.MULTILINE)
+    match = re.search(rf"^{re.escape(name + labels)} (\S+)$", body.decode(), re.MULTILINE)
     return float(match.group(1)) if match else 0.0
 
 
