@@ -167,8 +167,18 @@ def _run_system(
         shutil.rmtree(work / "state", ignore_errors=True)
         events = work / "events.jsonl"
         seconds = _timed(
-            [sys.executable, "-m", "stream_dedupe", "dedupe", str(corpus), "--state", str(work / "state"),
-             "--events", str(events), "--no-progress"]
+            [
+                sys.executable,
+                "-m",
+                "stream_dedupe",
+                "dedupe",
+                str(corpus),
+                "--state",
+                str(work / "state"),
+                "--events",
+                str(events),
+                "--no-progress",
+            ]
         )
         index = {doc_id: i for i, doc_id in enumerate(ids)}
         decisions: list[int | None] = [None] * len(ids)
@@ -256,8 +266,10 @@ def main() -> None:
         },
     }
     print(f"{args.docs:,} documents, {size / args.docs:,.0f} bytes each on average; {results['machine']}")
-    print("| system | wall s (median) | docs/s | vs datasketch | vs rensa | CPU s (median) | CPU vs datasketch "
-          "| CPU vs rensa | precision | recall |")
+    print(
+        "| system | wall s (median) | docs/s | vs datasketch | vs rensa | CPU s (median) | CPU vs datasketch "
+        "| CPU vs rensa | precision | recall |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, r in results["systems"].items():
         print(

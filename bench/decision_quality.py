@@ -65,9 +65,10 @@ def near_threshold_corpus(n: int, seed: int, words: int = 260) -> list[dict[str,
 def truth(docs: list[dict[str, str]], threshold: float) -> np.ndarray:
     """Per document: True if an earlier document has exact Jaccard >= threshold with it."""
     signer = Signer(DedupeParams(verify="exact"))
-    sets = [s.shingle_set if s.shingle_set is not None else np.zeros(0, np.uint32) for s in signer.sign(
-        [d["text"] for d in docs]
-    )]
+    sets = [
+        s.shingle_set if s.shingle_set is not None else np.zeros(0, np.uint32)
+        for s in signer.sign([d["text"] for d in docs])
+    ]
     has = np.zeros(len(docs), dtype=bool)
     for _, j in similar_pairs(sets, threshold):
         has[j] = True
@@ -115,13 +116,23 @@ def main() -> None:
         tp = int(np.sum(found & expected))
         precision = tp / max(1, int(found.sum()))
         recall = tp / max(1, int(expected.sum()))
-        rows.append({"config": name, "precision": precision, "recall": recall, "seconds": seconds,
-                     "state_bytes_per_doc": per_doc, "decided_duplicate": int(found.sum())})
+        rows.append(
+            {
+                "config": name,
+                "precision": precision,
+                "recall": recall,
+                "seconds": seconds,
+                "state_bytes_per_doc": per_doc,
+                "decided_duplicate": int(found.sum()),
+            }
+        )
     print(f"{args.docs} documents, {int(expected.sum())} with an earlier document at exact J >= {args.threshold}\n")
     print("| configuration | precision | recall | seconds | state B/doc |\n|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['config']} | {r['precision']:.4f} | {r['recall']:.4f} | {r['seconds']:.1f} "
-              f"| {r['state_bytes_per_doc']:.0f} |")
+        print(
+            f"| {r['config']} | {r['precision']:.4f} | {r['recall']:.4f} | {r['seconds']:.1f} "
+            f"| {r['state_bytes_per_doc']:.0f} |"
+        )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"docs": args.docs, "seed": args.seed, "rows": rows}, indent=2))

@@ -38,27 +38,43 @@ def main() -> None:
         stages = [
             ([reader(), MinhashDedupSignature(output_folder=str(work / "sigs"), config=config)], 1),
             (
-                [MinhashDedupBuckets(input_folder=str(work / "sigs"), output_folder=str(work / "buckets"),
-                                     config=config)],
+                [
+                    MinhashDedupBuckets(
+                        input_folder=str(work / "sigs"), output_folder=str(work / "buckets"), config=config
+                    )
+                ],
                 config.num_buckets,
             ),
-            ([MinhashDedupCluster(input_folder=str(work / "buckets"), output_folder=str(work / "remove"),
-                                  config=config)], 1),
+            (
+                [
+                    MinhashDedupCluster(
+                        input_folder=str(work / "buckets"), output_folder=str(work / "remove"), config=config
+                    )
+                ],
+                1,
+            ),
             (
                 [
                     reader(),
-                    MinhashDedupFilter(input_folder=str(work / "remove"),
-                                       exclusion_writer=JsonlWriter(str(work / "removed"), compression=None)),
+                    MinhashDedupFilter(
+                        input_folder=str(work / "remove"),
+                        exclusion_writer=JsonlWriter(str(work / "removed"), compression=None),
+                    ),
                     JsonlWriter(str(work / "kept"), compression=None),
                 ],
                 1,
             ),
         ]
         for number, (pipeline, tasks) in enumerate(stages):
-            LocalPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=1,
-                                  logging_dir=str(work / f"logs{number}")).run()
-        removed = [json.loads(line)["id"] for f in sorted((work / "removed").rglob("*.jsonl"))
-                   for line in f.read_text().splitlines() if line]
+            LocalPipelineExecutor(
+                pipeline=pipeline, tasks=tasks, workers=1, logging_dir=str(work / f"logs{number}")
+            ).run()
+        removed = [
+            json.loads(line)["id"]
+            for f in sorted((work / "removed").rglob("*.jsonl"))
+            for line in f.read_text().splitlines()
+            if line
+        ]
     out.write_text(json.dumps(removed))
 
 

@@ -1,6 +1,6 @@
 """Per-phase cost of the engine (microseconds per document), RocksDB or in-memory state.
 
-    python bench/phases.py --docs 20000 --dup-fraction 0.3 [--memory]
+python bench/phases.py --docs 20000 --dup-fraction 0.3 [--memory]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Summarize a py-spy ``--format raw`` profile: the functions where samples end, and inclusive shares.
 
-    python bench/spy_summary.py bench/out/spy-1.txt [--top 25]
+python bench/spy_summary.py bench/out/spy-1.txt [--top 25]
 """
 
 from __future__ import annotations

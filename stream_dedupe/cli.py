@@ -178,6 +178,16 @@ def dedupe(
             )
         ),
     ] = 1,
+    index_shards: Annotated[
+        int | None,
+        typer.Option(
+            help=default_help(
+                "Index shards: keep signatures, shingle sets and band tables in N processes with their own "
+                "state under STATE/shards (a new state only; then taken from the state).",
+                "1",
+            )
+        ),
+    ] = None,
     progress: Annotated[
         bool, typer.Option(help="Progress on stderr (a bar on a terminal, else a line every 10 s).")
     ] = True,
@@ -217,18 +227,23 @@ def dedupe(
     from stream_dedupe.embedded import resume_point, run
     from stream_dedupe.exports import iter_canonical_documents, summarize
     from stream_dedupe.reporting import ProgressReporter, print_summary, warm_kernels
+    from stream_dedupe.sharded_state import open_state
     from stream_dedupe.sign_pool import start_pool, usable_cores
-    from stream_dedupe.storage.rocks import SMALL_RUN_BYTES, RocksStore
+    from stream_dedupe.storage.rocks import SMALL_RUN_BYTES
 
     if jobs < 0:
         raise ConfigError(f"--jobs must be 0 (the usable cores) or more, got {jobs}")
+    if index_shards is not None and index_shards < 1:
+        raise ConfigError(f"--index-shards must be 1 (no shards) or more, got {index_shards}")
     jit.choose(total_bytes(inputs), _directory_bytes(state))  # numba only for a big run
     gc_from_here()  # start-up is over (main() paused the collector); before forking a --jobs pool
     with ExitStack() as stack:
         pool = start_pool(jobs or usable_cores(), total_bytes(inputs))  # before RocksDB's threads
         if pool is not None:
             stack.callback(pool.close)
-        store = RocksStore(state, memtable_bloom=not _small_run(inputs, total_bytes(inputs), SMALL_RUN_BYTES))
+        store = open_state(
+            state, index_shards, memtable_bloom=not _small_run(inputs, total_bytes(inputs), SMALL_RUN_BYTES)
+        )
         stack.callback(store.close)
         engine = DedupeEngine(resolve_params(stored_params(store), overrides), store, limits)
         if progress and jit.enabled():

@@ -88,13 +88,13 @@ def check_new_state_dir(state: Path) -> None:
 def open_existing(state: Path) -> tuple[Any, DedupeParams]:
     """Open a state for a read-only command: it must exist and hold the parameters of a run."""
     from stream_dedupe.core.engine import stored_params
-    from stream_dedupe.storage.rocks import RocksStore
+    from stream_dedupe.sharded_state import open_state
 
     hint = f"run `stream-dedupe dedupe FILE.jsonl --state {state}` first"
     if not is_state(state):
         what = "does not exist" if not state.exists() else "is not a stream-dedupe state directory"
         raise ConfigError(f"--state {state} {what}: {hint}")
-    store = RocksStore(state)
+    store = open_state(state, None)  # a sharded state with its shard processes
     params = stored_params(store)
     if params is None:
         store.close()

@@ -106,6 +106,11 @@ def _init_worker(parent: int) -> None:
         os._exit(1)
 
 
+def init_child(parent: int) -> None:
+    """Set up a child process of the command (a signing worker, an index shard): see ``_init_worker``."""
+    _init_worker(parent)
+
+
 def _watch_parent(parent: int) -> None:
     while os.getppid() == parent:
         time.sleep(1.0)

@@ -198,6 +198,7 @@ def test_inputs_dicts_tuples_generators_and_invalid_records() -> None:
 
 def test_dataframe_rows() -> None:
     import pandas as pd  # a dev dependency (the package itself never imports pandas)
+
     rng = random.Random(6)
     base = text(rng)
     frame = pd.DataFrame(

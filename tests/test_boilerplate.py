@@ -37,8 +37,10 @@ def test_lines_are_learned_per_source_and_stripped(store: KVStore) -> None:
     # the first three carriers kept the footer; the fourth and fifth of the portal had both lines stripped
     assert engine.counters["boilerplate_lines_stripped"] == 4
     lines = sorted(learned_lines(StateView(store), 3))
-    assert lines == [("portal", 3, "all rights reserved acme corporation"),
-                     ("portal", 3, "this page is maintained by the platform team")]
+    assert lines == [
+        ("portal", 3, "all rights reserved acme corporation"),
+        ("portal", 3, "this page is maintained by the platform team"),
+    ]
     # the learned set survives reopening the state
     again = DedupeEngine(learning(), store)
     assert again.boilerplate is not None and len(again.boilerplate.learned) == 2
@@ -59,7 +61,9 @@ def test_footer_false_duplicates_disappear(tmp_path: Path) -> None:
     def run(*flags: str) -> dict[str, dict[str, int]]:
         out = subprocess.run(
             [sys.executable, "-m", "stream_dedupe", "eval", str(corpus), "--json", "--no-datasketch", *flags],
-            capture_output=True, timeout=300, check=True,
+            capture_output=True,
+            timeout=300,
+            check=True,
         ).stdout
         return {m["method"]: m["families"] for m in orjson.loads(out)["methods"]}
 
@@ -76,10 +80,25 @@ def test_boilerplate_command_lists_learned_lines(tmp_path: Path) -> None:
     corpus.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in footer_corpus(30, seed=2)))
     state = tmp_path / "s"
     cli = [sys.executable, "-m", "stream_dedupe"]
-    subprocess.run([*cli, "dedupe", str(corpus), "--state", str(state), "--learn-boilerplate",
-                    "--boilerplate-min-docs", "5", "--no-progress"], check=True, capture_output=True, timeout=300)
-    listed = subprocess.run([*cli, "boilerplate", "--state", str(state)], check=True, capture_output=True,
-                            timeout=120).stdout.splitlines()
+    subprocess.run(
+        [
+            *cli,
+            "dedupe",
+            str(corpus),
+            "--state",
+            str(state),
+            "--learn-boilerplate",
+            "--boilerplate-min-docs",
+            "5",
+            "--no-progress",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    listed = subprocess.run(
+        [*cli, "boilerplate", "--state", str(state)], check=True, capture_output=True, timeout=120
+    ).stdout.splitlines()
     assert len(listed) == 10  # the 200-word footer is 10 lines of 20 words
     assert all(orjson.loads(x)["source"] == "portal" and orjson.loads(x)["documents"] == 5 for x in listed)
 

@@ -259,8 +259,12 @@ def test_expire_command(tmp_path: Path) -> None:
     lines = [
         {"id": "old-news", "text": base + " old and longer", "source": "news", "updated_at": "2026-01-01T00:00:00Z"},
         {"id": "new-news", "text": base + " new", "source": "news", "updated_at": "2026-11-30T00:00:00Z"},
-        {"id": "runbook", "text": "restart the service then check the dashboard", "source": "runbooks",
-         "updated_at": "2020-01-01T00:00:00Z"},
+        {
+            "id": "runbook",
+            "text": "restart the service then check the dashboard",
+            "source": "runbooks",
+            "updated_at": "2020-01-01T00:00:00Z",
+        },
     ]
     path = tmp_path / "in.jsonl"
     path.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
@@ -282,16 +286,35 @@ def test_expire_command(tmp_path: Path) -> None:
 def test_deletions_file(tmp_path: Path) -> None:
     base = " ".join(f"word{i}" for i in range(40))
     path = tmp_path / "in.jsonl"
-    path.write_bytes(b"".join(orjson.dumps({"id": i, "text": base + t}) + b"\n"
-                              for i, t in (("a", ""), ("b", " plus a longer tail"), ("c", " x"))))
+    path.write_bytes(
+        b"".join(
+            orjson.dumps({"id": i, "text": base + t}) + b"\n"
+            for i, t in (("a", ""), ("b", " plus a longer tail"), ("c", " x"))
+        )
+    )
     deletions = tmp_path / "gone.txt"
     deletions.write_text('b\n{"id": "zzz"}\n{"oops": 1}\n')
     events = tmp_path / "ev.jsonl"
-    cli("dedupe", str(path), "--deletions", str(deletions), "--state", str(tmp_path / "s"), "--events", str(events),
-        "--no-progress")
+    cli(
+        "dedupe",
+        str(path),
+        "--deletions",
+        str(deletions),
+        "--state",
+        str(tmp_path / "s"),
+        "--events",
+        str(events),
+        "--no-progress",
+    )
     evs = doc_events(read_jsonl(events))
-    assert [(e["event"], e["id"]) for e in evs] == [("new", "a"), ("new", "b"), ("duplicate-of", "c"),
-                                                    ("deleted", "b"), ("deleted", "zzz"), ("invalid", None)]
+    assert [(e["event"], e["id"]) for e in evs] == [
+        ("new", "a"),
+        ("new", "b"),
+        ("duplicate-of", "c"),
+        ("deleted", "b"),
+        ("deleted", "zzz"),
+        ("invalid", None),
+    ]
     assert evs[4]["known"] is False and evs[5]["reason"] == "missing-id" and evs[5]["line"] == 3
     clusters = cli("clusters", "--state", str(tmp_path / "s")).stdout.splitlines()
     assert [orjson.loads(c)["members"] for c in clusters] == [["a", "c"]]

@@ -50,8 +50,14 @@ def promtool() -> str:
 def run_compose(*args: str) -> subprocess.CompletedProcess[str]:
     # A clean environment: no COMPOSE_* or STREAM_DEDUPE_IMAGE of the caller leaks into the model.
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root")}
-    return subprocess.run([str(compose_binary()), "-f", str(COMPOSE), "--profile", "*", *args],
-                          capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
+    return subprocess.run(
+        [str(compose_binary()), "-f", str(COMPOSE), "--profile", "*", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=REPO,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +100,13 @@ def test_the_validator_rejects_a_broken_file(tmp_path: Path) -> None:
     assert "  stop_grace_period: 40s\n" in text
     broken.write_text(text.replace("  stop_grace_period: 40s\n", "  stop_grace_periods: 40s\n"))
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root")}
-    result = subprocess.run([str(compose_binary()), "-f", str(broken), "config", "--quiet"],
-                            capture_output=True, text=True, timeout=120, env=env)
+    result = subprocess.run(
+        [str(compose_binary()), "-f", str(broken), "config", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert result.returncode != 0 and "stop_grace_periods" in result.stderr
 
 
@@ -212,12 +223,14 @@ def test_prometheus_scrapes_every_worker_and_loads_the_alerts(model: dict[str, A
     assert targets == expected
     # Every rule file resolves, through the mounts, to the repository's alert rules.
     rule_sources = {
-        Path(m["source"]) for m in binds(service)
+        Path(m["source"])
+        for m in binds(service)
         if any(Path(PROM_CONFIG_DIR, rule) == Path(m["target"]) for rule in config["rule_files"])
     }
     assert rule_sources == {REPO / "deploy" / "prometheus" / "alerts.yaml"}
-    check = subprocess.run([promtool(), "check", "config", str(config_path)], capture_output=True, text=True,
-                           timeout=60)
+    check = subprocess.run(
+        [promtool(), "check", "config", str(config_path)], capture_output=True, text=True, timeout=60
+    )
     assert check.returncode == 0, check.stdout + check.stderr
     assert re.search(r"SUCCESS: [1-9]\d* rules found", check.stdout + check.stderr)
 

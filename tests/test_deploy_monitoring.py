@@ -36,11 +36,20 @@ def exported_metric_names() -> set[str]:
 
 
 def test_alert_rules_pass_their_unit_tests() -> None:
-    check = subprocess.run([promtool(), "check", "rules", str(DEPLOY / "prometheus" / "alerts.yaml")],
-                           capture_output=True, text=True, timeout=60)
+    check = subprocess.run(
+        [promtool(), "check", "rules", str(DEPLOY / "prometheus" / "alerts.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert check.returncode == 0, check.stdout + check.stderr
-    tests = subprocess.run([promtool(), "test", "rules", "alerts.test.yaml"], cwd=DEPLOY / "prometheus",
-                           capture_output=True, text=True, timeout=120)
+    tests = subprocess.run(
+        [promtool(), "test", "rules", "alerts.test.yaml"],
+        cwd=DEPLOY / "prometheus",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert tests.returncode == 0 and "SUCCESS" in tests.stdout, tests.stdout + tests.stderr
 
 

@@ -108,6 +108,8 @@ def test_rocksdb_store_handle_persisted_offsets_and_options(app: Any, tables: di
     canary(faust_compat.persisted_offset(tables["docs"], topic) is None, "Store.persisted_offset", "not None when new")
     faust_compat.set_persisted_offset(tables["docs"], topic, 0, 41)
     canary(faust_compat.persisted_offset(tables["docs"], topic) == 41, "Store.set_persisted_offset/persisted_offset")
+    canary(Store.offset_key == faust_compat.OFFSET_KEY, "faust.stores.rocksdb.Store.offset_key", repr(Store.offset_key))
+    canary(db[faust_compat.OFFSET_KEY] == b"41", "RocksDB.set_persisted_offset", "not stored under offset_key")
     with pytest.raises(RuntimeError, match="already open"):
         bound_tables(tables, 64)
 
@@ -203,18 +205,29 @@ def test_zstd_level_reaches_both_record_batch_builders() -> None:
     from aiokafka.record import default_records
     from aiokafka.record._crecords import default_records as cython_records
 
-    lines = [b'{"id": "doc-%d", "text": "the quick brown fox %d jumps over the lazy dog %d"}' % (i, i * 7, i % 13)
-             for i in range(3000)]
+    lines = [
+        b'{"id": "doc-%d", "text": "the quick brown fox %d jumps over the lazy dog %d"}' % (i, i * 7, i % 13)
+        for i in range(3000)
+    ]
 
     def built(builder_class: Any) -> bytes:
-        builder = builder_class(magic=2, compression_type=4, is_transactional=0, producer_id=-1,
-                                producer_epoch=-1, base_sequence=-1, batch_size=1 << 22)
+        builder = builder_class(
+            magic=2,
+            compression_type=4,
+            is_transactional=0,
+            producer_id=-1,
+            producer_epoch=-1,
+            base_sequence=-1,
+            batch_size=1 << 22,
+        )
         for offset, line in enumerate(lines):
             builder.append(offset, timestamp=0, key=None, value=line, headers=[])
         return bytes(builder.build())
 
-    builders = {"cython": cython_records.DefaultRecordBatchBuilder,
-                "python": default_records._DefaultRecordBatchBuilderPy}
+    builders = {
+        "cython": cython_records.DefaultRecordBatchBuilder,
+        "python": default_records._DefaultRecordBatchBuilderPy,
+    }
     try:
         sizes = {}
         for level in (1, 19):

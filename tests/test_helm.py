@@ -38,8 +38,18 @@ RELEASE, NAMESPACE = "dedupe", "search"
 STATE_DIR = "/var/lib/stream-dedupe"
 # WorkerSettings fields that the chart sets itself (mounts, ports, Kafka security values).
 CHART_OWNED = {
-    "state_dir", "web_host", "web_port", "security_protocol", "sasl_mechanism", "sasl_username",
-    "sasl_password_file", "ssl_cafile", "ssl_certfile", "ssl_keyfile", "query_bind", "query_token_file",
+    "state_dir",
+    "web_host",
+    "web_port",
+    "security_protocol",
+    "sasl_mechanism",
+    "sasl_username",
+    "sasl_password_file",
+    "ssl_cafile",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "query_bind",
+    "query_token_file",
 }
 NEVER_RENDERED = {"sasl_password"}  # only ever from a mounted Secret file (sasl_password_file)
 
@@ -240,8 +250,10 @@ def test_settings_come_from_the_config_map() -> None:
     annotations = one(docs, "StatefulSet")["spec"]["template"]["metadata"]["annotations"]
     assert re.fullmatch(r"[0-9a-f]{64}", annotations["checksum/config"])  # settings changes roll the pods
     default_cm = one(rendered("default"), "ConfigMap")["data"]
-    assert annotations["checksum/config"] != one(rendered("default"), "StatefulSet")["spec"]["template"][
-        "metadata"]["annotations"]["checksum/config"]
+    assert (
+        annotations["checksum/config"]
+        != one(rendered("default"), "StatefulSet")["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+    )
     assert default_cm["STREAM_DEDUPE_PROCESSING_GUARANTEE"] == "at_least_once"
     custom = one(rendered("custom-placement"), "ConfigMap")["data"]  # null / "" = the worker's default
     assert "STREAM_DEDUPE_THRESHOLD" not in custom and "STREAM_DEDUPE_SHINGLE" not in custom
@@ -256,7 +268,8 @@ def test_kafka_secrets_are_mounted_read_only_and_referenced_by_file() -> None:
     assert env["STREAM_DEDUPE_SECURITY_PROTOCOL"] == "SASL_SSL"
     assert env["STREAM_DEDUPE_SASL_MECHANISM"] == "SCRAM-SHA-512"
     assert env["STREAM_DEDUPE_SASL_USERNAME"] == {
-        "secretKeyRef": {"name": "crawl-dedupe-kafka-user", "key": "username"}}
+        "secretKeyRef": {"name": "crawl-dedupe-kafka-user", "key": "username"}
+    }
     expected = {  # variable -> (volume, Secret, key)
         "STREAM_DEDUPE_SASL_PASSWORD_FILE": ("kafka-sasl", "crawl-dedupe-kafka-user", "password"),
         "STREAM_DEDUPE_SSL_CAFILE": ("kafka-tls", "crawl-dedupe-kafka-tls", "ca.crt"),
@@ -294,8 +307,10 @@ def test_state_volume_claim_templates() -> None:
     assert custom["spec"]["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Delete", "whenScaled": "Retain"}
     assert custom["metadata"]["name"] == "dedupe" and custom["spec"]["replicas"] == 4
     pod, container = worker(custom_docs)
-    assert container["resources"] == {"requests": {"cpu": "2", "memory": "6Gi", "ephemeral-storage": "1Gi"},
-                                      "limits": {"cpu": 4, "memory": "8Gi"}}
+    assert container["resources"] == {
+        "requests": {"cpu": "2", "memory": "6Gi", "ephemeral-storage": "1Gi"},
+        "limits": {"cpu": 4, "memory": "8Gi"},
+    }
     assert container["image"] == "ghcr.io/example/stream-dedupe:0.1.0-rc1"
     assert pod["priorityClassName"] == "ingestion-critical" and pod["tolerations"][0]["value"] == "ingestion"
     assert pod["topologySpreadConstraints"][0]["topologyKey"] == "topology.kubernetes.io/zone"

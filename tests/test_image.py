@@ -104,9 +104,21 @@ def test_demo_in_the_image_matches_the_host(built: Path, tmp_path: Path) -> None
 
     host = [venv_tool("stream-dedupe", "pip install -e .")]
     run = subprocess.run(
-        [*host, "dedupe", str(SAMPLE), "--state", str(tmp_path / "state"), "--events", str(tmp_path / "events.jsonl"),
-         "--deduped", str(tmp_path / "deduped.jsonl"), "--no-progress"],
-        capture_output=True, text=True, timeout=600,
+        [
+            *host,
+            "dedupe",
+            str(SAMPLE),
+            "--state",
+            str(tmp_path / "state"),
+            "--events",
+            str(tmp_path / "events.jsonl"),
+            "--deduped",
+            str(tmp_path / "deduped.jsonl"),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert run.returncode == 0, run.stderr
     host_events = read_events(tmp_path / "events.jsonl")
@@ -163,9 +175,7 @@ def test_every_install_uses_the_constraints_file() -> None:
     makefile = (REPO / "Makefile").read_text()
     assert re.search(r"pip install -q -e '\.\[dev\]' -c constraints.txt", makefile)
     assert re.search(r"^\$\(STAMP\): pyproject.toml constraints.txt$", makefile, re.M)
-    locked = dict(
-        line.split("==", 1) for line in (REPO / "constraints.txt").read_text().splitlines() if "==" in line
-    )
+    locked = dict(line.split("==", 1) for line in (REPO / "constraints.txt").read_text().splitlines() if "==" in line)
     for name, version in TESTED.items():  # the canaries' versions are the ones installed everywhere
         assert locked[name] == version, (name, locked.get(name), version)
     assert "matplotlib" in locked, "the dev install (tools extra) is locked too"

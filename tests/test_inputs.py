@@ -16,8 +16,12 @@ def test_plain_and_gzip_lines_with_positions_and_skip(tmp_path: Path) -> None:
     packed.write_bytes(gzip.compress(data))
     for path in (plain, packed):
         lines = list(read_lines(str(path)))
-        assert [(x.line, x.raw) for x in lines] == [(1, b'{"id": "a"}'), (2, b'{"id": "b"}'), (3, b""),
-                                                    (4, b'{"id": "c"}')]
+        assert [(x.line, x.raw) for x in lines] == [
+            (1, b'{"id": "a"}'),
+            (2, b'{"id": "b"}'),
+            (3, b""),
+            (4, b'{"id": "c"}'),
+        ]
         assert [x.line for x in read_lines(str(path), skip=2)] == [3, 4]
     positions = [x.position for x in read_lines(str(plain))]
     assert positions == sorted(positions) and positions[-1] == len(data)

@@ -125,8 +125,10 @@ def test_retention_rules_are_validated() -> None:
     from stream_dedupe.errors import ConfigError
 
     assert parse_age("7d") == 7 * 86_400_000_000 and parse_age("90s") == 90_000_000
-    assert RetentionPolicy.parse(["=30d", "news=12h"]).max_age_us == {"": 30 * 86_400_000_000,
-                                                                        "news": 12 * 3_600_000_000}
+    assert RetentionPolicy.parse(["=30d", "news=12h"]).max_age_us == {
+        "": 30 * 86_400_000_000,
+        "news": 12 * 3_600_000_000,
+    }
     with pytest.raises(ConfigError, match="SOURCE=AGE"):
         RetentionPolicy.parse(["news"])
     with pytest.raises(ConfigError, match="unit"):

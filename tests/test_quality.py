@@ -60,7 +60,9 @@ def test_eval_command_on_labelled_corpus() -> None:
 
     out = subprocess.run(
         [sys.executable, "-m", "stream_dedupe", "eval", str(shared_file(CLOUGH)), "--threshold", "0.5", "--json"],
-        capture_output=True, timeout=300, check=True,
+        capture_output=True,
+        timeout=300,
+        check=True,
     ).stdout
     report = orjson.loads(out)
     assert report["documents"] == 100

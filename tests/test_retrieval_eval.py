@@ -146,11 +146,12 @@ def test_cli_reads_clusters_and_reports_the_lost_query(tmp_path: Path) -> None:
     assert table.returncode == 0 and b"queries lost: 1" in table.stdout and b"t2" in table.stdout
 
 
-
 def _dedupe(corpus: str, *args: str) -> None:
     """Run ``stream-dedupe dedupe CORPUS ARGS...`` in a fresh process."""
-    subprocess.run([sys.executable, "-m", "stream_dedupe", "dedupe", corpus, *args], check=True, capture_output=True,
-                   timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "stream_dedupe", "dedupe", corpus, *args], check=True, capture_output=True, timeout=300
+    )
+
 
 def test_events_and_state_give_the_same_result(tmp_path: Path) -> None:
     rows = [{k: v for k, v in d.items() if k != "entity"} for d in _corpus()]

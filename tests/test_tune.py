@@ -12,8 +12,14 @@ import orjson
 from bench.synth import generate
 
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--no-first-run", "--disable-quic",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
 ]
 
 
@@ -30,7 +36,9 @@ def test_tune_writes_scurve_and_a_review_page_a_browser_renders(tmp_path: Path) 
     out = tmp_path / "tune"
     result = subprocess.run(
         [sys.executable, "-m", "stream_dedupe", "tune", str(corpus), "--out", str(out), "--pairs", "12"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     png = (out / "lsh-scurve.png").read_bytes()
@@ -38,7 +46,9 @@ def test_tune_writes_scurve_and_a_review_page_a_browser_renders(tmp_path: Path) 
     page = out / "borderline.html"
     dom = subprocess.run(
         [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", page.as_uri()],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     ).stdout
     assert "Borderline pairs at threshold 0.8" in dom
     assert dom.count('<section class="pair"') == 12
@@ -48,8 +58,16 @@ def test_tune_writes_scurve_and_a_review_page_a_browser_renders(tmp_path: Path) 
     assert distances == sorted(distances)  # nearest the threshold first
     shot = tmp_path / "page.png"
     subprocess.run(
-        [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile2'}", f"--screenshot={shot}",
-         "--window-size=1200,900", page.as_uri()],
-        capture_output=True, timeout=120, check=True,
+        [
+            chromium(),
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={tmp_path / 'profile2'}",
+            f"--screenshot={shot}",
+            "--window-size=1200,900",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+        check=True,
     )
     assert shot.read_bytes().startswith(b"\x89PNG") and shot.stat().st_size > 20_000

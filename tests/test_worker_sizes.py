@@ -78,7 +78,9 @@ def test_record_bytes_bounds_aiokafkas_estimate_closely() -> None:
     for _ in range(500):
         key = None if rng.random() < 0.1 else rng.randbytes(rng.choice([0, 1, 127, 128, 20_000]))
         value = None if rng.random() < 0.1 else rng.randbytes(rng.choice([0, 5, 16_383, 16_384, 3_000_000]))
-        headers = [(rng.choice(["sd-origin", "sd-signed", "é"]), rng.randbytes(rng.choice([0, 200, 2_000_000])))
-                   for _ in range(rng.randrange(4))]
+        headers = [
+            (rng.choice(["sd-origin", "sd-signed", "é"]), rng.randbytes(rng.choice([0, 200, 2_000_000])))
+            for _ in range(rng.randrange(4))
+        ]
         exact = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, headers)
         assert exact <= record_bytes(key, value, headers) <= exact + 15 + 10 * len(headers)

@@ -23,6 +23,7 @@ from stream_dedupe.core.detach import detach
 from stream_dedupe.core.fastpath import classify, decide_new
 from stream_dedupe.core.layout import resolve
 from stream_dedupe.core.records import Deletion, Document, Invalid, Record, parse_document
+from stream_dedupe.core.sharding.gather import ShardedStore
 from stream_dedupe.core.signer import Signed, Signer
 from stream_dedupe.core.unionfind import ClusterInfo, UnionFind
 from stream_dedupe.core.verify import estimated_jaccard, exact_jaccard
@@ -72,7 +73,14 @@ class DedupeEngine:
         self.rebuild_index()
 
     def rebuild_index(self) -> None:
-        """Rebuild the in-memory band tables from the signatures in the state (start-up, recovery)."""
+        """Rebuild the in-memory band tables from the signatures in the state (start-up, recovery).
+
+        On a sharded index (:class:`~stream_dedupe.core.sharding.gather.ShardedStore`) the shards
+        rebuild their own tables and the engine gets a window on them.
+        """
+        if isinstance(self.store, ShardedStore):
+            self.lsh = self.store.attach(self.params.bands, self.params.rows, self.limits.max_bucket_size)
+            return
         self.lsh = LshIndex(self.params.bands, self.params.rows, self.limits.max_bucket_size)
         rebuild_index(self.store, self.lsh)
 

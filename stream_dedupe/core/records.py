@@ -63,6 +63,7 @@ class ParseLimits:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
 
+
 _OPTIONAL_STRINGS = ("url", "title", "source")
 
 

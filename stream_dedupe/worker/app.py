@@ -47,6 +47,7 @@ from stream_dedupe.worker.pipeline import (
     INDEX_OFFSET_KEY,
     INPUT_OFFSET_PREFIX,
     Runtime,
+    _new_consumer,
     close_gate,
     owns_index,
     pause_index,
@@ -58,6 +59,8 @@ from stream_dedupe.worker.pipeline import (
 )
 from stream_dedupe.worker.produce import start_worker_producer
 from stream_dedupe.worker.settings import WorkerSettings
+from stream_dedupe.worker.shard_client import ShardUnavailable
+from stream_dedupe.worker.shard_stage import engine_store, pause_shards, shard_tables, steer_shards, stop_shards
 from stream_dedupe.worker.sign import FETCH_MAX_WAIT_MS, SignStage
 from stream_dedupe.worker.store import FaustTableStore
 
@@ -95,7 +98,8 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
     faust_compat.cap_fetch_wait(FETCH_MAX_WAIT_MS)
     app = faust.App(
         s.app_id,
-        broker=s.faust_broker, broker_credentials=s.faust_credentials(),
+        broker=s.faust_broker,
+        broker_credentials=s.faust_credentials(),
         datadir=str(s.state_dir),
         store="rocksdb://",
         autodiscover=False,
@@ -128,7 +132,8 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
         ns: app.Table(f"state-{ns}", default=None, key_type=bytes, value_type=bytes, partitions=1, store="rocksdb://")
         for ns in NAMESPACES
     }
-    bound_tables(tables, s.rocksdb_memory_mb)  # one block cache and memtable budget for every table
+    shards = shard_tables(app, s.index_shards)  # index shards: partitions held across the group
+    bound_tables({**tables, **{f"shard-{ns}": t for ns, t in shards.items()}}, s.rocksdb_memory_mb)
     store = FaustTableStore(tables, s.state_dir / "journal")
     rt = Runtime(s, WorkerMetrics(), store)
     follower = Follower(s, tables) if s.standby_replicas > 0 else None
@@ -148,12 +153,27 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
             await stop_pipeline(rt)
             await stop_sign_stage(rt)
 
+    if shards:
+        shard_topic = _raw_topic(app, s.shard_requests_topic, s.index_shards, acks=False)
+
+        @app.agent(shard_topic)
+        async def shard_calls(stream: Any) -> None:
+            """Holds this worker's shard partitions in the group (each server reads its own)."""
+            try:
+                async for _ in stream:
+                    pause_shards(app, rt)
+            finally:
+                await stop_shards(rt)
+
     async def on_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
         # Before Faust may give the index partition to another worker: no batch in progress,
         # the last batch's changelog acknowledged, and no standby copy being written.
         if follower is not None:
             await follower.stop()
+        if rt.shard_client is not None:  # a batch waiting for a shard gives up (the shard may move)
+            rt.shard_client.pause("a rebalance is in progress")
         await close_gate(rt)
+        await stop_shards(rt)  # each shard's last write acknowledged in its changelog
 
     async def on_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
         rt.assigned = True
@@ -173,11 +193,15 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
         if rt.sign_task is None:
             producer = await start_worker_producer(s, "sign")
             start_sign_stage(rt, SignStage(s, producer, rt.metrics, Signer(s.params(None))))
+        # the shards first: the decider's engine asks them (this worker may hold some) when it is built
+        await steer_shards(app, rt, shards, rt.assigned and _settled(app), _new_consumer)
         if rt.assigned and _settled(app) and owns_index(app, rt):
             if rt.engine is None:
                 await _ensure_engine(app, rt, _Synthetic(s.index_topic))
             if rt.engine is not None:
                 pause_index(app, rt)
+                if rt.shard_client is not None:
+                    rt.shard_client.resume()
                 rt.gate.set()
         elif follower is not None and rt.assigned and _settled(app) and not owns_index(app, rt):
             follower.start()
@@ -260,9 +284,13 @@ async def _ensure_engine(app: faust.App, rt: Runtime, event: Any) -> None:
             # Rebuilding the LSH index reads every signature (seconds per 100k documents): off the
             # event loop, so /healthz and /metrics keep answering (a liveness probe must not kill
             # a worker that is taking over).
+            engine_on = await engine_store(rt, _new_consumer)  # with index shards: over them
             engine = await asyncio.get_running_loop().run_in_executor(
-                None, DedupeEngine, params, store, rt.settings.limits()
+                None, DedupeEngine, params, engine_on, rt.settings.limits()
             )
+        except ShardUnavailable as exc:  # a shard is not served yet (starting, or moving): the timer retries
+            log.warning("the engine waits for the index shards: %s", exc)
+            return
         except StreamDedupeError as exc:
             rt.fatal = exc
             log.critical("cannot start the dedupe engine: %s", exc)

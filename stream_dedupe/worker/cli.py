@@ -101,6 +101,13 @@ def worker(
         int | None,
         _opt("jobs", "Signing processes, as dedupe --jobs (0: the usable cores, cgroup quota included) [default: 1]."),
     ] = None,
+    index_shards: Annotated[
+        int | None,
+        _opt("index_shards", "Index shards held by the workers of the group (docs/sharding.md) [default: 1]."),
+    ] = None,
+    shard_timeout: Annotated[
+        float | None, _opt("shard_timeout", "Seconds to wait for a shard's answer [default: 60].")
+    ] = None,
     standby_replicas: Annotated[
         int | None, _opt("standby_replicas", "0: none; >= 1: non-deciding workers keep a state copy [default: 1].")
     ] = None,

@@ -85,6 +85,11 @@ def set_current_event(event: Any) -> None:
     cast(Any, streams)._current_event.set(weakref.ref(event))
 
 
+#: The key under which Faust's RocksDB store keeps a partition's changelog offset, beside the data
+#: (faust-streaming 0.15 ``RocksDB.offset_key``); scans of a store's ``Rdict`` skip it.
+OFFSET_KEY = b"__faust\0offset__"
+
+
 def table_db(table: Any, partition: int = 0) -> Any:
     """The ``rocksdict.Rdict`` of one partition of a RocksDB table (``Store._db_for_partition``)."""
     return table.data._db_for_partition(partition)

@@ -122,6 +122,9 @@ class WorkerMetrics:
         self.ready = Gauge(
             "stream_dedupe_ready", "1 while the worker is ready (signing; deciding if it owns the index).", registry=r
         )
+        self.shards_served = Gauge(
+            "stream_dedupe_shards_served", "Index shards this worker serves (--index-shards).", registry=r
+        )
         self.decider = Gauge(
             "stream_dedupe_decider", "1 on the one worker that runs the decide stage (owns the index).", registry=r
         )

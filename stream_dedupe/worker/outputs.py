@@ -67,9 +67,7 @@ def fit_outputs(
     return out
 
 
-def invalid_letter(
-    settings: WorkerSettings, sizes: TopicLimits, event: dict[str, Any], origin: Any
-) -> bytes:
+def invalid_letter(settings: WorkerSettings, sizes: TopicLimits, event: dict[str, Any], origin: Any) -> bytes:
     """The DLQ record of an invalid input record: its bytes (up to a bound), size, hash, reason and origin.
 
     ``origin``: the record's :class:`~stream_dedupe.worker.index_records.Origin`.

@@ -35,6 +35,7 @@ from stream_dedupe.worker.outputs import fit_outputs, invalid_letter, poison_fau
 from stream_dedupe.worker.poison import await_settled, decide_safely
 from stream_dedupe.worker.produce import send_batches
 from stream_dedupe.worker.settings import WorkerSettings
+from stream_dedupe.worker.shard_stage import call_engine, engine_store
 from stream_dedupe.worker.sign import FETCH_MAX_WAIT_MS, SignStage
 from stream_dedupe.worker.sizes import TopicLimits, read_topic_limits
 from stream_dedupe.worker.store import FaustTableStore, fault_point
@@ -81,6 +82,10 @@ class Runtime:
     sizes: TopicLimits | None = None
     #: Bounds of a valid record (``max_doc_bytes`` lowered to what the topics can carry).
     parse_limits: ParseLimits | None = None
+    #: Index shards (:mod:`stream_dedupe.worker.shard_stage`): the decider's client, the shards served here.
+    shard_client: Any = None
+    shard_servers: dict[int, Any] = field(default_factory=dict)
+    shard_producer: Any = None
 
 
 def pause_index(app: faust.App, rt: Runtime) -> None:
@@ -114,7 +119,8 @@ def _new_consumer(s: WorkerSettings, name: str) -> Any:
         fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
         max_partition_fetch_bytes=8 << 20,
         fetch_max_bytes=32 << 20,
-        client_id=f"{s.app_id}-{name}", **s.kafka_security(),
+        client_id=f"{s.app_id}-{name}",
+        **s.kafka_security(),
     )
 
 
@@ -182,6 +188,9 @@ async def stop_pipeline(rt: Runtime, keep_producer: bool = False) -> None:
                 await client.stop()
     rt.consumers.clear()
     rt.txn_producer = None
+    if rt.shard_client is not None:
+        await rt.shard_client.stop()
+        rt.shard_client = None
 
 
 async def stop_sign_stage(rt: Runtime) -> None:
@@ -241,7 +250,8 @@ async def _decide_loop(app: faust.App, rt: Runtime) -> None:
             loud = messages[len(quiet) :]
             if loud:
                 await decide_safely(rt, loud, True, _decide_batch, _reset_engine)
-        messages = []
+        # Records not decided (given up when the gate closed: index shards moving) wait for it to reopen.
+        messages = [m for m in messages if m.offset > rt.index_offset]
 
 
 async def _reset_engine(rt: Runtime) -> None:
@@ -250,7 +260,8 @@ async def _reset_engine(rt: Runtime) -> None:
     assert engine is not None
     rt.store.recover(INDEX_OFFSET_KEY)  # a failure inside the local write: whole batches only
     loop = asyncio.get_running_loop()
-    rt.engine = await loop.run_in_executor(None, DedupeEngine, engine.params, rt.store, engine.limits)
+    store = await engine_store(rt, _new_consumer)
+    rt.engine = await loop.run_in_executor(None, DedupeEngine, engine.params, store, engine.limits)
     rt.metrics.restart_counters()
 
 
@@ -334,7 +345,7 @@ async def _decide_batch(
     last_index = messages[-1].offset
     meta: dict[bytes, bytes | None] = {INDEX_OFFSET_KEY: b"%d" % last_index}
     if records:
-        decided = engine.process(records, [o.as_dict() for o in origins], signed)
+        decided = await call_engine(rt, engine.process, records, [o.as_dict() for o in origins], signed)
         updates = engine.canonical_updates(decided)
         outputs: list[tuple[str, bytes | None, bytes | None, Any]] = []
         i = -1
@@ -369,7 +380,7 @@ async def _decide_batch(
     for (topic, partition), offset in new_offsets.items():
         meta[INPUT_OFFSET_PREFIX + f"{topic}:{partition}".encode()] = b"%d" % offset
     await await_settled(rt)  # previous batch's changelog acked (never cut short by a stop)
-    engine.commit(meta)
+    await call_engine(rt, engine.commit, meta)
     # The changelog acks are not on the events' critical path: the next batch is fetched,
     # processed and published meanwhile, and awaits them before its own commit.
     rt.settling = asyncio.ensure_future(store.settle(producer))

@@ -82,6 +82,9 @@ async def decide_safely(
             if not (is_transient(exc) or is_record_error(exc)):
                 raise
             await reset(rt)
+            if is_transient(exc) and not rt.gate.is_set():
+                log.warning("deciding %d records waits for the rebalance (%r)", len(messages), exc)
+                return  # the gate closed (a rebalance): the decide loop keeps the records for later
             if is_transient(exc):
                 outages += 1
                 log.warning("deciding %d records failed (%r): retrying", len(messages), exc)

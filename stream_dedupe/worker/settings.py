@@ -26,6 +26,8 @@ MIN_MEMORY_MB = 64
 GUARANTEES = ("at_least_once", "exactly_once")
 #: Default zstd level of the produced batches (BENCHMARKS.md, "Worker CPU per document, `--jobs`, compression").
 ZSTD_LEVEL = 3
+#: Most index shards (each is a partition of the shard topics and tables).
+MAX_SHARDS = 256
 #: Most ``jobs`` (each signing process holds numpy and the kernels: ~75 MB of its own memory, 170 MB of RSS).
 MAX_JOBS = 64
 COMPRESSIONS = ("zstd", "lz4", "gzip", "snappy", "none")
@@ -67,6 +69,11 @@ class WorkerSettings:
         processing_guarantee: ``at_least_once`` (a restart may repeat identical events) or
             ``exactly_once`` (outputs in Kafka transactions: a ``read_committed`` consumer sees one
             event per input record; see docs/worker.md).
+        index_shards: Index shards (docs/sharding.md): 1 (the default) keeps the whole index with
+            the decider; S >= 2 keeps signatures, shingle sets and band tables in S shards, each
+            a partition of ``<app>-shard-requests`` held by one worker of the group, with its own
+            changelogged tables. Fixed when the state is created.
+        shard_timeout: Seconds the decider waits for a shard's answer before retrying the batch.
         jobs: Processes that sign, as for ``dedupe --jobs``: 1 (the default) signs in the worker's
             own process; N > 1 starts N - 1 signing processes (spawned at start, the compiled
             kernels loaded) and the worker's process keeps the decide stage and the Kafka clients;
@@ -128,6 +135,8 @@ class WorkerSettings:
     source_thresholds: str | None = None
     title_guard: str | None = None
     verify: str | None = None
+    index_shards: int = 1
+    shard_timeout: float = 60.0
     rocksdb_memory_mb: int = 256
     web_host: str = "127.0.0.1"
     web_port: int = 6066
@@ -177,6 +186,17 @@ class WorkerSettings:
             raise WorkerConfigError(
                 f"jobs must be between 0 and {MAX_JOBS}, got {self.jobs} (set {ENV_PREFIX}JOBS or --jobs; "
                 "1 signs in the worker's own process, 0 uses the usable cores)"
+            )
+        if not 1 <= self.index_shards <= MAX_SHARDS:
+            raise WorkerConfigError(
+                f"index_shards must be between 1 and {MAX_SHARDS}, got {self.index_shards} (set "
+                f"{ENV_PREFIX}INDEX_SHARDS or --index-shards; 1 keeps the index with the decider)"
+            )
+        if self.shard_timeout <= 0:
+            raise WorkerConfigError(f"shard_timeout must be positive, got {self.shard_timeout}")
+        if self.index_shards > 1 and self.query_bind is not None:
+            raise WorkerConfigError(
+                "the query endpoint (query_bind) is not served with index_shards > 1 yet: unset one of them"
             )
         if self.standby_replicas < 0:
             raise WorkerConfigError(f"standby_replicas must be >= 0, got {self.standby_replicas}")
@@ -251,6 +271,16 @@ class WorkerSettings:
     def decide_group(self) -> str:
         """The group whose committed offset on the index topic marks the last published batch (exactly_once)."""
         return f"{self.app_id}-decide"
+
+    @property
+    def shard_requests_topic(self) -> str:
+        """The index shards' calls from the decider (one partition a shard)."""
+        return f"{self.app_id}-shard-requests"
+
+    @property
+    def shard_replies_topic(self) -> str:
+        """The index shards' answers to the decider (one partition)."""
+        return f"{self.app_id}-shard-replies"
 
     @property
     def index_topic(self) -> str:

@@ -127,7 +127,8 @@ class SignStage:
             session_timeout_ms=int(s.session_timeout * 1000),
             heartbeat_interval_ms=int(s.heartbeat_interval * 1000),
             max_poll_interval_ms=300_000,
-            client_id=f"{s.app_id}-sign", **s.kafka_security(),
+            client_id=f"{s.app_id}-sign",
+            **s.kafka_security(),
         )
         await self._start_pool()
         await consumer.start()

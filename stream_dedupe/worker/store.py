@@ -121,16 +121,26 @@ class FaustTableStore:
     """The engine's state in Faust tables.
 
     Args:
-        tables: One Faust table per namespace (``key_type=bytes, value_type=bytes``, 1 partition).
+        tables: One Faust table per namespace (``key_type=bytes, value_type=bytes``).
         journal_dir: Local directory of the redo journal (inside the worker's state directory).
+        partition: The tables' partition this store reads and writes (an index shard's number;
+            the decider's tables have only partition 0).
+        namespaces: The namespaces the tables must cover.
 
     Writes need a Faust event of the table's source stream: call :meth:`bind` with an event of
     the batch being decided before the engine commits.
 
     """
 
-    def __init__(self, tables: Mapping[str, Any], journal_dir: Path) -> None:
-        missing = set(NAMESPACES) - set(tables)
+    def __init__(
+        self,
+        tables: Mapping[str, Any],
+        journal_dir: Path,
+        partition: int = 0,
+        namespaces: Sequence[str] = tuple(NAMESPACES),
+    ) -> None:
+        self.partition = partition
+        missing = set(namespaces) - set(tables)
         if missing:
             raise ValueError(f"no Faust table for namespaces {sorted(missing)}")
         self._tables = dict(tables)
@@ -160,7 +170,7 @@ class FaustTableStore:
         (event lookup, key index, serializer registry) and, with raw serializers and one
         partition, do exactly this (faust-streaming 0.15 ``RocksDB._db_for_partition``, private).
         """
-        return faust_compat.table_db(self._tables[namespace])
+        return faust_compat.table_db(self._tables[namespace], self.partition)
 
     def write(self, batch: WriteSet) -> None:
         """Journal ``batch``, then apply it to the tables (see the module docstring)."""
@@ -255,7 +265,7 @@ class FaustTableStore:
 
         db = self._db("meta")
         writes = WriteBatch(raw_mode=True)
-        stale = [k for k, _ in self._tables["meta"].items() if k.startswith(JOURNAL_PREFIX)]
+        stale = [k for k in db.keys() if k.startswith(JOURNAL_PREFIX)]  # noqa: SIM118 - an Rdict, not a dict
         for key in stale:
             writes.delete(key)
             self._unsent.append(("meta", key, None))
@@ -316,12 +326,12 @@ class FaustTableStore:
             topic = self._tables[namespace].changelog_topic_name
             limit = self.limits.max_bytes(topic) if self.limits is not None else None
             fitting = records if limit is None else [r for r in records if self._fits(producer, topic, limit, r)]
-            for future, count in await send_batches(producer, topic, 0, fitting, max_bytes=limit):
+            for future, count in await send_batches(producer, topic, self.partition, fitting, max_bytes=limit):
                 pending.append((namespace, topic, future, count))
         for namespace, topic, future, count in pending:
             metadata = await future
             last = metadata.offset + count - 1
-            faust_compat.set_persisted_offset(self._tables[namespace], topic, 0, last)
+            faust_compat.set_persisted_offset(self._tables[namespace], topic, self.partition, last)
 
     def _fits(self, producer: Any, topic: str, limit: int, record: tuple[bytes, bytes | None]) -> bool:
         """True when a changelog record fits its topic (compressed, when it is that large)."""
@@ -345,7 +355,7 @@ class FaustTableStore:
 
     def items(self, namespace: str) -> Iterator[tuple[bytes, bytes]]:
         """See :class:`~stream_dedupe.storage.base.KVStore`."""
-        yield from sorted(self._tables[namespace].items())
+        yield from sorted(self.scan(namespace))
 
     def scan(self, namespace: str) -> Iterator[tuple[bytes, bytes]]:
         """All pairs of a namespace in the store's own order, read lazily (no sort, no copy).
@@ -353,11 +363,15 @@ class FaustTableStore:
         For periodic statistics: :meth:`items` sorts the whole table first, which blocked the
         event loop for seconds at a few hundred thousand documents (heartbeats expired).
         """
-        yield from self._tables[namespace].items()
+        hidden = faust_compat.OFFSET_KEY  # Faust's changelog position, in the same RocksDB
+        for key, value in self._db(namespace).items():
+            if key != hidden:
+                yield key, value
 
     def count(self, namespace: str) -> int:
         """See :class:`~stream_dedupe.storage.base.KVStore` (a scan of the local store)."""
-        return len(self._tables[namespace])
+        hidden = faust_compat.OFFSET_KEY
+        return sum(1 for key in self._db(namespace).keys() if key != hidden)  # noqa: SIM118 - an Rdict
 
     def close(self) -> None:
         """Nothing to do: Faust owns the tables and closes them when the worker stops."""

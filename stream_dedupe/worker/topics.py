@@ -95,7 +95,39 @@ def worker_topics(settings: WorkerSettings) -> list[TopicSpec]:
         spec(settings.index_topic, 1, "index", doc, index),
     ]
     topics += [spec(changelog_topic(settings, ns), 1, "changelog", doc, dict(COMPACT)) for ns in NAMESPACES]
+    return topics + shard_topics(settings, common)
+
+
+#: The shard tables (``--index-shards`` >= 2), as in :mod:`stream_dedupe.worker.shard_serve`.
+SHARD_TABLES = ("meta", "docs", "sigs", "sets")
+#: ``max.message.bytes`` of the shard topics: a call part is at most 512 KB plus its header.
+SHARD_MESSAGE_BYTES = 1 << 20
+
+
+def shard_topics(settings: WorkerSettings, common: dict[str, str]) -> list[TopicSpec]:
+    """The index shards' topics: calls and answers, and the shard tables' changelogs (none for 1 shard)."""
+    shards, rf = settings.index_shards, settings.replication_factor
+    if shards < 2:
+        return []
+    size = max(SHARD_MESSAGE_BYTES, settings.max_doc_bytes + RECORD_OVERHEAD)
+
+    def spec(name: str, partitions: int, role: str, extra: dict[str, str]) -> TopicSpec:
+        config = {**common, **extra, "max.message.bytes": str(size)}
+        return TopicSpec(name, partitions, config, True, rf, role, size, None)
+
+    calls = {"retention.ms": str(INDEX_RETENTION_MS), "retention.bytes": "-1"}
+    answers = {"retention.ms": str(HOUR_MS)}
+    topics = [
+        spec(settings.shard_requests_topic, shards, "shard-requests", calls),
+        spec(settings.shard_replies_topic, 1, "shard-replies", answers),
+    ]
+    topics += [spec(shard_changelog_topic(settings, ns), shards, "changelog", dict(COMPACT)) for ns in SHARD_TABLES]
     return topics
+
+
+def shard_changelog_topic(settings: WorkerSettings, namespace: str) -> str:
+    """The changelog topic of a shard table (``<app_id>-shard-<ns>-changelog``, one partition a shard)."""
+    return f"{settings.app_id}-shard-{namespace}-changelog"
 
 
 def changelog_topic(settings: WorkerSettings, namespace: str) -> str:

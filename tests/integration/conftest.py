@@ -40,7 +40,6 @@ KAFKA_ENV = {
 os.environ.setdefault("STREAM_DEDUPE_REPLICATION_FACTOR", "1")
 
 
-
 class Broker:
     """The session's broker: bootstrap address, stop, and restart keeping its data."""
 

@@ -135,8 +135,15 @@ def wave(first: int, n: int, copies: int, bad: list[bytes]) -> list[tuple[bytes 
     return records + [(None, raw) for raw in bad]
 
 
-def produce_in_order(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes | None]], prom: Any,
-                     decided: str, before: int, n: int) -> None:
+def produce_in_order(
+    bootstrap: str,
+    topic: str,
+    records: list[tuple[bytes | None, bytes | None]],
+    prom: Any,
+    decided: str,
+    before: int,
+    n: int,
+) -> None:
     """Originals, then (once they are decided) the rest: a copy that arrives second is a duplicate-of."""
     produce(bootstrap, topic, records[:n])
     prom.wait_for(decided, lambda v: total(v) == before + n, "originals in Prometheus")

@@ -28,7 +28,8 @@ def test_worker_learns_and_strips_a_shared_footer(broker: Broker, names: Names, 
 
     family = {str(d["id"]): d["family"] for d in docs}
     false_pairs = [
-        m.json() for m in msgs
+        m.json()
+        for m in msgs
         if m.json()["event"] == "duplicate-of" and family[m.json()["id"]] != family[m.json()["of"]]
     ]
     # only documents read before the footer was learned (10 carriers) can be false duplicates
