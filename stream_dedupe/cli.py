@@ -414,13 +414,17 @@ def _register_commands(argv: list[str]) -> str | None:
     from stream_dedupe.quality.cli import eval_command, tune
 
     if "eval" not in _registered():
+        from stream_dedupe.reshard import reshard_command
+
         app.command("eval")(eval_command)
         app.command()(tune)
+        app.command("reshard")(reshard_command)
     if (command is None or command not in _registered()) and "worker" not in _registered():
-        from stream_dedupe.worker.cli import produce, worker
+        from stream_dedupe.worker.cli import produce, worker, worker_reshard
 
         app.command()(worker)
         app.command()(produce)
+        app.command("worker-reshard")(worker_reshard)
     return command
 
 

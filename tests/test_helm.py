@@ -495,3 +495,15 @@ def test_jobs_are_rendered_and_checked() -> None:
     assert one(docs, "ConfigMap")["data"]["STREAM_DEDUPE_JOBS"] == "3"
     refused = template("--set", "config.jobs=-1")
     assert refused.returncode != 0 and "jobs" in refused.stderr
+
+
+def test_index_shards_are_rendered_and_checked() -> None:
+    assert "STREAM_DEDUPE_INDEX_SHARDS" not in one(rendered("default"), "ConfigMap")["data"]  # null: 1 shard
+    proc = template("--set", "config.index_shards=4", "--set", "config.shard_timeout=30", "--set", "replicas=3")
+    assert proc.returncode == 0, proc.stderr
+    data = one(tuple(d for d in yaml.safe_load_all(proc.stdout) if d), "ConfigMap")["data"]
+    assert data["STREAM_DEDUPE_INDEX_SHARDS"] == "4" and data["STREAM_DEDUPE_SHARD_TIMEOUT"] == "30"
+    refused = template("--set", "config.index_shards=0")
+    assert refused.returncode != 0 and "index_shards" in refused.stderr
+    refused = template("--set", "config.index_shards=2", "--set", "query.enabled=true")
+    assert refused.returncode != 0 and "not served with config.index_shards" in refused.stderr

@@ -171,3 +171,30 @@ def test_the_read_only_commands_read_a_sharded_state(tmp_path: Path, shards: int
             assert result.returncode == 0, result.stderr.decode()
             outs.append(result.stdout)
         assert outs[0] == outs[1], command
+
+
+def test_reshard_copies_a_state_that_then_runs_on_exactly_as_the_original(tmp_path: Path) -> None:
+    corpus, _ = write_mixed(tmp_path)
+    lines = corpus.read_bytes().splitlines(keepends=True)
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    first.write_bytes(b"".join(lines[: len(lines) // 2]))
+    second.write_bytes(b"".join(lines[len(lines) // 2 :]))
+    _dedupe(tmp_path, "plain", first)
+    _dedupe(tmp_path, "three", first, "--index-shards", "3")
+    for source, target, shards in (("three", "two", 2), ("three", "one", 1), ("plain", "four", 4)):
+        cmd = [*CLI, "reshard", "--state", str(tmp_path / source), "--to", str(tmp_path / target)]
+        result = subprocess.run([*cmd, "--index-shards", str(shards)], capture_output=True)
+        assert result.returncode == 0, result.stderr.decode()
+        assert b"copied" in result.stderr
+        assert (tmp_path / target / "shards").exists() == (shards > 1)
+        assert _clusters(tmp_path, target) == _clusters(tmp_path, source)
+    _dedupe(tmp_path, "plain", second)  # the original goes on...
+    for target in ("two", "one", "four"):
+        _dedupe(tmp_path, target, second)  # ...and so do the copies, with the same events and outputs
+        assert _outputs(tmp_path, target) == _outputs(tmp_path, "plain"), target
+        assert _clusters(tmp_path, target) == _clusters(tmp_path, "plain")
+    refused = subprocess.run(
+        [*CLI, "reshard", "--state", str(tmp_path / "plain"), "--to", str(tmp_path / "two"), "--index-shards", "2"],
+        capture_output=True,
+    )
+    assert refused.returncode == 2 and b"not a stream-dedupe state directory" in refused.stderr

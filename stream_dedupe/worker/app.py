@@ -136,6 +136,7 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
     bound_tables({**tables, **{f"shard-{ns}": t for ns, t in shards.items()}}, s.rocksdb_memory_mb)
     store = FaustTableStore(tables, s.state_dir / "journal")
     rt = Runtime(s, WorkerMetrics(), store)
+    rt.metrics.index_shards.set(s.index_shards)
     follower = Follower(s, tables) if s.standby_replicas > 0 else None
 
     @app.agent(index_topic)

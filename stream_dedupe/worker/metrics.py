@@ -125,6 +125,38 @@ class WorkerMetrics:
         self.shards_served = Gauge(
             "stream_dedupe_shards_served", "Index shards this worker serves (--index-shards).", registry=r
         )
+        self.index_shards = Gauge(
+            "stream_dedupe_index_shards", "Index shards of the deployment (--index-shards).", registry=r
+        )
+        self.shard_documents = Gauge(
+            "stream_dedupe_shard_documents", "Documents in a served shard's band tables.", ["shard"], registry=r
+        )
+        self.shard_table_bytes = Gauge(
+            "stream_dedupe_shard_band_table_bytes",
+            "Bytes of a served shard's band tables (RAM).",
+            ["shard"],
+            registry=r,
+        )
+        self.shard_lag = Gauge(
+            "stream_dedupe_shard_request_lag",
+            "Shard call records not yet read by a served shard (end offset minus position).",
+            ["shard"],
+            registry=r,
+        )
+        self.shard_calls = PromCounter(
+            "stream_dedupe_shard_calls", "Calls a served shard answered or applied.", ["shard"], registry=r
+        )
+        self.shard_call_seconds = Histogram(
+            "stream_dedupe_shard_call_seconds",
+            "The decider's rounds of shard calls (send to the last answer).",
+            buckets=(0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
+            registry=r,
+        )
+        self.shard_unavailable = PromCounter(
+            "stream_dedupe_shard_unavailable",
+            "Rounds of shard calls that found a shard unavailable (moving, restoring): the batch was retried.",
+            registry=r,
+        )
         self.decider = Gauge(
             "stream_dedupe_decider", "1 on the one worker that runs the decide stage (owns the index).", registry=r
         )

@@ -21,6 +21,7 @@ import logging
 import os
 import struct
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -54,8 +55,8 @@ class KafkaShards:
 
     """
 
-    def __init__(self, settings: WorkerSettings, producer: Any, new_consumer: Any) -> None:
-        self.settings, self.producer, self.new_consumer = settings, producer, new_consumer
+    def __init__(self, settings: WorkerSettings, producer: Any, new_consumer: Any, metrics: Any = None) -> None:
+        self.settings, self.producer, self.new_consumer, self.metrics = settings, producer, new_consumer, metrics
         self.shards = settings.index_shards
         self.loop: asyncio.AbstractEventLoop | None = None
         self._waiting: dict[tuple[int, int], concurrent.futures.Future[tuple[int, bytes]]] = {}
@@ -154,6 +155,18 @@ class KafkaShards:
 
     def _ask(self, calls: dict[int, tuple[int, bytes]]) -> dict[int, bytes]:
         """Send one call to each shard of ``calls`` (shard -> (method, payload)); their answers."""
+        started = time.monotonic()
+        try:
+            answers = self._round(calls)
+        except ShardUnavailable:
+            if self.metrics is not None:
+                self.metrics.shard_unavailable.inc()
+            raise
+        if self.metrics is not None:
+            self.metrics.shard_call_seconds.observe(time.monotonic() - started)
+        return answers
+
+    def _round(self, calls: dict[int, tuple[int, bytes]]) -> dict[int, bytes]:
         if self._paused is not None:
             raise ShardUnavailable(f"shard calls are paused: {self._paused}")
         self.calls += 1

@@ -27,6 +27,7 @@ from typing import Any
 from stream_dedupe.core.sharding.ops import ShardOps
 from stream_dedupe.core.sharding.shard import IndexShard, stored_layout
 from stream_dedupe.worker import shard_wire as wire
+from stream_dedupe.worker.metrics import WorkerMetrics
 from stream_dedupe.worker.produce import send_batches
 from stream_dedupe.worker.settings import WorkerSettings
 from stream_dedupe.worker.store import FaustTableStore
@@ -64,8 +65,16 @@ class ShardServer:
 
     """
 
-    def __init__(self, settings: WorkerSettings, shard: int, tables: dict[str, Any], producer: Any, new_consumer: Any):
-        self.settings, self.shard, self.producer = settings, shard, producer
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        shard: int,
+        tables: dict[str, Any],
+        producer: Any,
+        new_consumer: Any,
+        metrics: WorkerMetrics | None = None,
+    ) -> None:
+        self.settings, self.shard, self.producer, self.metrics = settings, shard, producer, metrics
         self.store = FaustTableStore(
             tables, settings.state_dir / "journal" / f"shard-{shard}", partition=shard, namespaces=SHARD_NAMESPACES
         )
@@ -90,6 +99,23 @@ class ShardServer:
             self.task = None
         with contextlib.suppress(Exception):
             await self.store.settle(self.producer)
+        if self.metrics is not None:  # the new holder reports this shard
+            for gauge in (self.metrics.shard_documents, self.metrics.shard_table_bytes, self.metrics.shard_lag):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(str(self.shard))
+
+    def _report(self, consumer: Any, tp: Any, calls: int) -> None:
+        m = self.metrics
+        if m is None:
+            return
+        label = str(self.shard)
+        m.shard_calls.labels(label).inc(calls)
+        if self.part is not None:
+            m.shard_documents.labels(label).set(self.part.documents)
+            m.shard_table_bytes.labels(label).set(self.part.tables.nbytes)
+        end = consumer.highwater(tp)
+        if end is not None:
+            m.shard_lag.labels(label).set(max(end - self.offset - 1, 0))
 
     async def _open(self) -> None:
         if self.store.recover(POSITION_KEY):
@@ -123,6 +149,7 @@ class ShardServer:
                 fetched = await consumer.getmany(tp, timeout_ms=500, max_records=512)
                 replies: list[tuple[bytes, bytes]] = []
                 wrote = False
+                before = self.calls
                 for message in fetched.get(tp) or []:
                     self.offset = message.offset
                     whole = assembler.add(message.value)
@@ -144,6 +171,7 @@ class ShardServer:
                 if replies:
                     for future, _ in await send_batches(self.producer, self.settings.shard_replies_topic, 0, replies):
                         await future
+                self._report(consumer, tp, self.calls - before)
         finally:
             await consumer.stop()
 

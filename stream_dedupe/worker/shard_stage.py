@@ -70,7 +70,7 @@ async def steer_shards(app: faust.App, rt: Any, tables: dict[str, Any], settled:
     if rt.shard_producer is None:
         rt.shard_producer = await start_worker_producer(rt.settings, "shard")
     for shard in sorted(owned - set(rt.shard_servers)):
-        server = ShardServer(rt.settings, shard, tables, rt.shard_producer, new_consumer)
+        server = ShardServer(rt.settings, shard, tables, rt.shard_producer, new_consumer, rt.metrics)
         rt.shard_servers[shard] = server
         server.start()
         log.warning("serving index shard %d", shard)
@@ -92,7 +92,7 @@ async def engine_store(rt: Any, new_consumer: Any) -> KVStore:
     if rt.producer is None:
         rt.producer = await start_worker_producer(rt.settings, "decide")
     if rt.shard_client is None:
-        rt.shard_client = KafkaShards(rt.settings, rt.producer, new_consumer)
+        rt.shard_client = KafkaShards(rt.settings, rt.producer, new_consumer, rt.metrics)
         await rt.shard_client.start()
     return ShardedStore(rt.store, rt.shard_client)
 

@@ -24,6 +24,7 @@ from tests.integration.conftest import (
     oracle,
     produce,
     replay_compacted,
+    run_cli,
     worker_state,
 )
 from tests.integration.test_worker_e2e import assert_one_decision_per_input, decision_order, synth_docs
@@ -134,3 +135,56 @@ def canonical_documents(store: Any) -> dict[str, bytes]:
     from stream_dedupe.exports import iter_canonical_documents
 
     return {orjson.loads(raw)["id"]: raw for raw in iter_canonical_documents(store)}
+
+
+def test_worker_reshard_copies_a_stopped_deployment_that_goes_on_exactly(
+    broker: Broker, names: Names, workers: Any, tmp_path: Path
+) -> None:
+    docs = synth_docs(N, seed=33)
+    create_input(broker.bootstrap, names.input, 3)
+    keyed = [(orjson.loads(d)["id"].encode(), d) for d in docs]
+    old = [
+        workers(state_dir=tmp_path / f"a{i}", log_name=f"a{i}", extra=["--index-shards", "2", *SHARD_FLAGS]).start()
+        for i in range(2)
+    ]
+    for w in old:
+        w.wait_ready(120)
+    produce(broker.bootstrap, names.input, keyed[:900])
+    consume(broker.bootstrap, names.events, until=n_document_events(900), timeout=180, idle=1)
+    for w in old:
+        assert w.stop() == 0
+    copy = Names(names.prefix)  # the same topics, another app id
+    copy.app_id = f"{names.prefix}-copy"
+    topics = ["--input-topic", names.input, "--events-topic", names.events, "--deduped-topic", names.deduped]
+    result = run_cli(
+        "worker-reshard", "--from-app", names.app_id, "--to-app", copy.app_id, "--index-shards", "3",
+        "--broker", broker.bootstrap, *topics, "--dlq-topic", names.dlq, "--input-partitions", "3",
+        timeout=180,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "copied app" in result.stderr and "--index-shards 3" in result.stderr
+    again = run_cli("worker-reshard", "--from-app", names.app_id, "--to-app", copy.app_id, "--index-shards", "2",
+                    "--broker", broker.bootstrap, *topics, "--dlq-topic", names.dlq)  # fmt: skip
+    assert again.returncode == 2 and "has a state already" in again.stderr
+    new = [
+        workers(state_dir=tmp_path / f"b{i}", log_name=f"b{i}", app=copy, extra=["--index-shards", "3", *SHARD_FLAGS])
+        for i in range(2)
+    ]
+    for w in new:
+        w.start()
+    for w in new:
+        w.wait_ready(120)
+    produce(broker.bootstrap, names.input, keyed[900:])
+    msgs = consume(broker.bootstrap, names.events, until=n_document_events(N), timeout=240)
+    decider = next(w for w in new if role(w) == "decide")
+    assert sum(metric(w, "stream_dedupe_shards_served") for w in new) == 3
+    for w in new:
+        assert w.stop() == 0, w.log()[-3000:]
+    # One decision per input over both apps (the copy decided nothing twice), with the events of one engine
+    events = assert_one_decision_per_input(msgs, N)
+    expected_store, expected_events = oracle(decision_order(events, {orjson.loads(d)["id"]: d for d in docs}))
+    assert events == expected_events
+    state = worker_state(decider.state_dir)
+    assert cluster_sets(state) == cluster_sets(expected_store)
+    expected_deduped = {k.encode(): v for k, v in canonical_documents(expected_store).items()}
+    assert replay_compacted(consume(broker.bootstrap, names.deduped)) == expected_deduped

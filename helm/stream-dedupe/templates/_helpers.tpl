@@ -113,6 +113,10 @@ print 1048576 as 1.048576e+06: whole numbers are printed as integers.
 {{- if and .Values.query.enabled (eq (int64 .Values.query.port) (int64 .Values.webPort)) }}
 {{- fail (printf "query.port (%v) is webPort: give the query endpoint a port of its own (scraping and querying are exposed apart)" .Values.query.port) }}
 {{- end }}
+{{- $shards := .Values.config.index_shards }}
+{{- if and $shards (gt (int64 $shards) 1) .Values.query.enabled }}
+{{- fail (printf "query.enabled is not served with config.index_shards %v yet: disable one of them" $shards) }}
+{{- end }}
 {{- if and .Values.query.tokenSecret.name (not .Values.query.enabled) }}
 {{- fail "query.tokenSecret.name is set but query.enabled is false: set query.enabled=true, or remove the token Secret" }}
 {{- end }}

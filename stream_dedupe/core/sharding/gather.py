@@ -30,7 +30,8 @@ from stream_dedupe.core.sharding.window import BandWindow
 from stream_dedupe.errors import ConfigError, StateError, StateMismatchError
 from stream_dedupe.storage.base import KVStore, WriteSet
 
-_OUTBOX_KEY = b"shard-outbox"
+#: The gather's meta key of its last commit's changes for the shards (replayed after a crash).
+OUTBOX_KEY = b"shard-outbox"
 #: The gather's meta key holding the shard count.
 LAYOUT_KEY = b"shards"
 _SEED = 0x5D5D5D5D
@@ -117,7 +118,7 @@ class ShardedStore:
         while the shards may be moving. :meth:`connect` runs before the first read or write.
         """
         self._shape = (bands, rows)
-        raw = self.local.get_many("meta", [_OUTBOX_KEY])[0]
+        raw = self.local.get_many("meta", [OUTBOX_KEY])[0]
         self._outbox = None if raw is None else decode_all(raw)
         if self._outbox is not None:
             self.number = self._outbox[0]
@@ -189,7 +190,7 @@ class ShardedStore:
         self.connect()  # an interrupted commit reaches the shards before this one
         number = self.number + 1
         meta = dict(local.get("meta", {}))
-        meta[_OUTBOX_KEY] = encode_all(number, ops)
+        meta[OUTBOX_KEY] = encode_all(number, ops)
         self.local.write({**local, "meta": meta})
         self.number = number
         try:

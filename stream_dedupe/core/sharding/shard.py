@@ -33,6 +33,12 @@ _APPLIED_KEY = b"shard-applied"
 SHARDED_NAMESPACES = ("sigs", "sets")
 
 
+def shard_meta(shard: int, shards: int, bands: int, rows: int, applied: int) -> dict[bytes, bytes | None]:
+    """The ``meta`` entries of a shard state written by hand (a re-shard): its layout and last commit."""
+    layout = {"shard": shard, "shards": shards, "bands": bands, "rows": rows}
+    return {_LAYOUT_KEY: orjson.dumps(layout), _APPLIED_KEY: str(applied).encode()}
+
+
 def stored_layout(store: KVStore) -> dict[str, int] | None:
     """The layout a shard state was opened with (shard, shards, bands, rows), or None for a new one."""
     raw = store.get_many("meta", [_LAYOUT_KEY])[0]

@@ -1,0 +1,128 @@
+"""``stream-dedupe reshard``: copy a state into a new one with another number of index shards.
+
+A re-shard moves data and decides nothing: the gather's namespaces (records, union-find, edges,
+exact groups, originals, learned boilerplate, counters and positions) are copied as they are, and
+each document's signature, shingle set and joined bands go to its owner under the new count (or
+into the gather's own store for 1 shard). An interrupted commit of the source is finished first.
+The new state answers exactly as the old one would: the same clusters, representatives and
+events for the documents that follow, and a resumed ``dedupe`` run continues where the old
+state stopped.
+
+The Kafka worker re-shards by a new app id (docs/sharding.md, "Re-sharding a worker deployment").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+
+from stream_dedupe.errors import ConfigError
+
+#: Keys copied per write.
+CHUNK = 8192
+
+
+def reshard(source: Path, target: Path, shards: int) -> dict[str, int]:
+    """Copy the state ``source`` into the new state ``target`` with ``shards`` index shards.
+
+    Returns:
+        Counts: documents, signatures, shingle sets and band entries copied; the shard count.
+
+    Raises:
+        ConfigError: if ``target`` is not new or empty, or ``shards`` is below 1.
+
+    """
+    from stream_dedupe.cli_support import check_new_state_dir, open_existing
+    from stream_dedupe.core.layout import resolve
+    from stream_dedupe.core.sharding.gather import LAYOUT_KEY, OUTBOX_KEY, ShardedStore, owner
+    from stream_dedupe.core.sharding.ops import ShardOps, encode_all
+    from stream_dedupe.core.sharding.shard import SHARDED_NAMESPACES, shard_meta
+    from stream_dedupe.sharded_state import ProcessShards
+    from stream_dedupe.storage.base import NAMESPACES
+    from stream_dedupe.storage.rocks import RocksStore
+    from stream_dedupe.storage.state import DocRecord
+
+    if shards < 1:
+        raise ConfigError(f"--index-shards must be 1 (no shards) or more, got {shards}")
+    check_new_state_dir(target)
+    store, params = open_existing(source)
+    counts = {"shards": shards}
+    try:
+        params = resolve(params)
+        number = 0
+        if isinstance(store, ShardedStore):
+            store.attach(params.bands, params.rows, 1)
+            store.connect()  # finishes an interrupted commit of the source
+            number = store.number
+        local_out = RocksStore(target)
+        parts = [RocksStore(target / "shards" / str(i)) for i in range(shards)] if shards > 1 else []
+        try:
+            source_local = store.local if isinstance(store, ShardedStore) else store
+            for ns in NAMESPACES:
+                if ns in SHARDED_NAMESPACES and parts:
+                    continue
+                items = store.items(ns) if ns in SHARDED_NAMESPACES else source_local.items(ns)
+                skip = {OUTBOX_KEY, LAYOUT_KEY} if ns == "meta" else set()
+                counts[ns] = _copy(((k, v) for k, v in items if k not in skip), lambda k: local_out, ns)
+            if not parts:
+                return counts
+            meta = {LAYOUT_KEY: str(shards).encode(), OUTBOX_KEY: encode_all(number, [ShardOps()] * shards)}
+            local_out.write({"meta": meta})
+            for ns in SHARDED_NAMESPACES:
+                counts[ns] = _copy(store.items(ns), lambda k: parts[owner(k, shards)], ns)
+            if isinstance(store, ShardedStore):
+                client = store.client
+                assert isinstance(client, ProcessShards)
+                bitmaps: Iterator[tuple[bytes, bytes]] = (
+                    pair for i in range(store.shards) for pair in client.items("docs", i)
+                )
+            else:  # an unsharded index joins every band (its rebuild at start does so too)
+                every = np.packbits(np.ones(params.bands, dtype=bool)).tobytes()
+                bitmaps = ((k, every) for k, v in source_local.items("docs") if DocRecord.decode(v).indexed)
+            counts["band_bitmaps"] = _copy(bitmaps, lambda k: parts[owner(k, shards)], "docs")
+            for i, part in enumerate(parts):
+                part.write({"meta": shard_meta(i, shards, params.bands, params.rows, number)})
+        finally:
+            for part in parts:
+                part.close()
+            local_out.close()
+    finally:
+        store.close()
+    return counts
+
+
+def _copy(items: Iterator[tuple[bytes, bytes]], where: Any, namespace: str) -> int:
+    """Write ``items`` into ``namespace`` of the store ``where(key)`` picks, in chunks; how many."""
+    pending: dict[int, tuple[Any, dict[bytes, bytes | None]]] = {}
+    copied = 0
+    for key, value in items:
+        target = where(key)
+        batch = pending.setdefault(id(target), (target, {}))[1]
+        batch[key] = value
+        copied += 1
+        if len(batch) >= CHUNK:
+            target.write({namespace: batch})
+            pending.pop(id(target))
+    for target, batch in pending.values():
+        target.write({namespace: batch})
+    return copied
+
+
+def reshard_command(
+    state: Annotated[Path, typer.Option(help="The state to copy (left unchanged).")],
+    to: Annotated[Path, typer.Option(help="The new state directory (created; must be new or empty).")],
+    index_shards: Annotated[int, typer.Option(help="Index shards of the new state (1: none).")],
+) -> None:
+    """Copy a state into a new one with another number of index shards (decides nothing)."""
+    from stream_dedupe.consoles import stderr_console
+
+    counts = reshard(state, to, index_shards)
+    stderr_console().print(
+        f"copied {counts.get('docs', 0):,} documents into {to} with {index_shards} index shard(s): "
+        f"{counts.get('sigs', 0):,} signatures, {counts.get('sets', 0):,} shingle sets; "
+        f"run `stream-dedupe dedupe ... --state {to}` to go on"
+    )
