@@ -61,19 +61,27 @@ def run_one(corpus: Path, shards: int, state: Path) -> dict[str, object]:
     if isinstance(store, ShardedStore):
         client = store.client
         assert isinstance(client, ProcessShards)
-        out["per_shard"] = client.stats()
+        out["per_shard"] = client.stats(compact=True)
         local = store.local
         out["gather_band_table_bytes"] = 0
     else:
         local = store
         out["gather_band_table_bytes"] = int(engine.lsh.tables._keys.nbytes + engine.lsh.tables._vals.nbytes)
     assert isinstance(local, RocksStore)
+    out["gather_rss_bytes"] = _rss()
+    local.compact()  # the settled size (the shards' outbox and write-ahead files gone)
     out["gather_disk_bytes"] = local.disk_bytes()
     store.close()
     out["gather_peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     out["cpu_s"] = round(time.process_time() - cpu + children.ru_utime + children.ru_stime, 2)
     return out
+
+
+def _rss() -> int:
+    import os
+
+    return os.sysconf("SC_PAGE_SIZE") * int(Path("/proc/self/statm").read_text().split()[1])
 
 
 def main() -> None:
@@ -107,20 +115,23 @@ def main() -> None:
         print(line, flush=True)
         rows.append(json.loads(line))
     mb = 1 << 20
-    head = "| S | docs/s | CPU s | gather peak RSS MB | gather disk MB | per shard: docs | band tables MB | disk MB | RSS MB |"  # noqa: E501
-    print("\n" + head)
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(
+        "\n| S | docs/s | CPU s (all processes) | gather: peak RSS MB | disk MB | per shard: documents | band tables MB | disk MB | RSS MB | CPU s |"
+    )  # noqa: E501
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
-        parts = row.get("per_shard") or [
-            {"documents": "-", "band_table_bytes": row["gather_band_table_bytes"], "disk_bytes": 0, "rss_bytes": 0}
+        alone = {"documents": row["docs"], "band_table_bytes": row["gather_band_table_bytes"]}
+        parts = row.get("per_shard") or [{**alone, "disk_bytes": 0, "rss_bytes": 0, "cpu_s": 0}]
+        cells = [
+            "/".join(str(p["documents"]) for p in parts),
+            "/".join(f"{p['band_table_bytes'] / mb:.0f}" for p in parts),
+            "/".join(f"{p['disk_bytes'] / mb:.0f}" for p in parts),
+            "/".join(f"{p['rss_bytes'] / mb:.0f}" for p in parts),
+            "/".join(f"{p['cpu_s']}" for p in parts),
         ]
-        docs = "/".join(str(p["documents"]) for p in parts)
-        tables = "/".join(f"{p['band_table_bytes'] / mb:.0f}" for p in parts)
-        disk = "/".join(f"{p['disk_bytes'] / mb:.0f}" for p in parts)
-        rss = "/".join(f"{p['rss_bytes'] / mb:.0f}" for p in parts)
         print(
             f"| {row['shards']} | {row['docs_per_s']:,} | {row['cpu_s']} | {row['gather_peak_rss_bytes'] / mb:.0f} "
-            f"| {row['gather_disk_bytes'] / mb:.0f} | {docs} | {tables} | {disk} | {rss} |"
+            f"| {row['gather_disk_bytes'] / mb:.0f} | " + " | ".join(cells) + " |"
         )
 
 

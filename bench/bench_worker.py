@@ -3,6 +3,7 @@
     python bench/bench_worker.py --docs 20000            # starts its own broker (tools/kafka/kafka.sh)
     python bench/bench_worker.py --bootstrap 127.0.0.1:9092
     python bench/bench_worker.py --docs 20000 --jobs 1,2 --rounds 2   # worker --jobs, interleaved
+    python bench/bench_worker.py --docs 20000 --index-shards 1,2      # worker --index-shards
 
 1. embedded: the engine over a RocksDB state on the same documents (process + commit, batches of 500);
 2. throughput: a ready worker; produce N documents (~1.7 KB, bench/synth.py) while a consumer
@@ -258,19 +259,24 @@ def main() -> None:
     parser.add_argument(
         "--jobs", default="", help="comma-separated worker --jobs values to compare, e.g. 1,2 (default: the worker's)"
     )
-    parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds of the --jobs values")
+    parser.add_argument(
+        "--index-shards", default="", help="comma-separated worker --index-shards values to compare, e.g. 1,2"
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds of the variants")
     args = parser.parse_args()
     result: dict[str, Any] = {"cpus": os.cpu_count(), "docs": args.docs}
-    variants = [v for v in args.jobs.split(",") if v] or [""]
+    variants = [("jobs", v) for v in args.jobs.split(",") if v]
+    variants += [("index-shards", v) for v in args.index_shards.split(",") if v]
+    variants = variants or [("", "")]
     with broker(args.bootstrap) as bootstrap, tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         docs = synth_docs(args.docs, seed=1)
         result["avg_doc_bytes"] = round(sum(map(len, docs)) / len(docs))
         result["embedded"] = embedded(docs, tmp)
         for round_no in range(args.rounds):
-            for jobs in variants:  # interleaved: the machine's noise hits every variant alike
-                extra = ["--batch-wait", args.batch_wait, *(["--jobs", jobs] if jobs else [])]
-                key = f"jobs={jobs}" if jobs else "default"
+            for flag, value in variants:  # interleaved: the machine's noise hits every variant alike
+                extra = ["--batch-wait", args.batch_wait, *([f"--{flag}", value] if flag else [])]
+                key = f"{flag.replace('-', '_')}={value}" if flag else "default"
                 runs = result.setdefault("runs", {}).setdefault(key, [])
                 w = Worker(bootstrap, f"bw{uuid.uuid4().hex[:6]}", tmp, extra)
                 run: dict[str, Any] = {"round": round_no, "worker_ready_s": round(w.wait_ready(), 2)}
@@ -288,7 +294,7 @@ def main() -> None:
                 w.stop()
                 runs.append(run)
                 print(key, json.dumps(run), flush=True)
-        first = result["runs"][("jobs=" + variants[0]) if variants[0] else "default"][0]
+        first = next(iter(result["runs"].values()))[0]
         result.update({k: first[k] for k in ("worker_ready_s", "worker", "ratio_worker_vs_embedded", "latency")})
     write_result("worker.json", result)
 

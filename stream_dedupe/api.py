@@ -86,6 +86,7 @@ class Deduper:
         max_doc_bytes: int = 1 << 20,
         max_bucket_size: int = 500,
         on_events: EventHook | None = None,
+        index_shards: int | None = None,
         **params: Any,
     ) -> Deduper:
         """Open (or create) a state directory, with the command line's parameter rules.
@@ -99,6 +100,8 @@ class Deduper:
             max_doc_bytes: Larger documents are ``invalid`` (``too-large``).
             max_bucket_size: LSH bucket cap.
             on_events: Called with each batch's events after it is committed.
+            index_shards: As ``dedupe --index-shards``: shard processes for a new state (None: the
+                state's own layout; 1 for a new state: none).
             **params: Index parameters (see :func:`params_overrides`), e.g. ``threshold=0.85``.
 
         Raises:
@@ -109,7 +112,7 @@ class Deduper:
         """
         from stream_dedupe.cli import resolve_params
         from stream_dedupe.cli_support import check_new_state_dir, is_state
-        from stream_dedupe.storage.rocks import RocksStore
+        from stream_dedupe.sharded_state import open_state
 
         path = Path(state_dir)
         overrides = params_overrides(params)
@@ -117,7 +120,7 @@ class Deduper:
         if not is_state(path):  # every parameter is checked before the directory is created
             check_new_state_dir(path)
             resolve(resolve_params(None, overrides))
-        store = RocksStore(path)
+        store = open_state(path, index_shards)  # a sharded state with its shard processes
         try:
             engine = DedupeEngine(resolve_params(stored_params(store), overrides), store, limits)
         except BaseException:

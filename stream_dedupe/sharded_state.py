@@ -17,6 +17,7 @@ finishes an interrupted commit from the gather's outbox.
 from __future__ import annotations
 
 import os
+import resource
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -75,7 +76,11 @@ def _serve(conn: Connection, root: str, shard: int, shards: int, parent: int) ->
                 elif method == "get_many":
                     result = part.get_many(*args)
                 elif method == "stats":
+                    if args and args[0]:
+                        store.compact()  # on-disk bytes as they settle, not with the write-ahead files
+                    usage = resource.getrusage(resource.RUSAGE_SELF)
                     result = {
+                        "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
                         "documents": part.documents,
                         "band_table_bytes": part.tables.nbytes,
                         "disk_bytes": store.disk_bytes(),
@@ -199,9 +204,14 @@ class ProcessShards:
         """See :class:`~stream_dedupe.core.sharding.gather.ShardClient`."""
         return sum(self._all("count", namespace))
 
-    def stats(self) -> list[dict[str, int]]:
-        """Per shard: documents in its band tables, band-table bytes, disk bytes, process RSS."""
-        return self._all("stats")
+    def stats(self, compact: bool = False) -> list[dict[str, int]]:
+        """Per shard: documents in its band tables, band-table bytes, disk bytes, process RSS and CPU seconds.
+
+        Args:
+            compact: Compact each shard's RocksDB first (the settled size, as after a while).
+
+        """
+        return self._all("stats", compact)
 
     def close(self) -> None:
         """Read every acknowledgement, close the shards' stores and stop their processes."""

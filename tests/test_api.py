@@ -318,3 +318,18 @@ def test_query_of_a_known_id_with_new_content_equals_the_recrawl() -> None:
         assert decision.cluster_size == 2 and decision.cluster == "a"
         assert answer.decision.updated and decision.updated
         assert comparable(answer.decision) == comparable(decision)
+
+
+def test_a_sharded_state_answers_as_an_unsharded_one(tmp_path: Path) -> None:
+    docs = near_corpus(4)
+    outcomes = []
+    for name, shards in (("plain", None), ("sharded", 2)):
+        with Deduper.open(tmp_path / name, boilerplate_min_docs=5, batch_size=64, index_shards=shards) as dd:
+            events = [comparable(d) for d in dd.add_many(docs[:150])]
+            answers = [comparable(a.decision) for a in dd.query_many(docs[150:])]
+            answers += [comparable(a.decision) for a in dd.query_many(docs[:10])]  # re-crawls: the shadow engine
+            outcomes.append((events, answers))
+        assert (tmp_path / name / "shards").exists() == (shards is not None)
+    assert outcomes[0] == outcomes[1]
+    with Deduper.open(tmp_path / "sharded") as dd:  # reopened with its shards
+        assert [comparable(d) for d in dd.add_many(docs[150:])]

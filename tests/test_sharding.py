@@ -37,33 +37,14 @@ from stream_dedupe.storage.memory import MemoryStore
 from stream_dedupe.storage.rocks import RocksStore
 from stream_dedupe.storage.state import DocRecord
 
-from .helpers import VOCAB, corpus, doc, edit
+from .helpers import corpus, doc, edit
+from .test_fastpath import body, operations
 
 HEAVY = ("sigs", "sets")
 SHARD_META = (b"shard-outbox", b"shards")
 PARAMS = DedupeParams(verify="exact", boilerplate=BoilerplateConfig(min_docs=4))
 State = dict[str, list[tuple[bytes, bytes]]]
 Outcome = tuple[list[bytes], State, dict[str, int]]
-
-_rng = random.Random(17)
-BASES = [" ".join(_rng.choice(VOCAB) for _ in range(50)) for _ in range(5)]
-FOOTER = "shared footer line of the portal with enough words"
-
-operations = st.lists(
-    st.tuples(
-        st.integers(0, 14),  # document id
-        st.one_of(st.none(), st.tuples(st.integers(0, 5), st.integers(35, 50), st.integers(0, 3), st.booleans())),
-    ),
-    min_size=1,
-    max_size=60,
-)
-
-
-def body(base: int, cut: int, suffix: int, footer: bool) -> str:
-    if base == 5:
-        return "   "  # no words: empty-text
-    text = " ".join(BASES[base].split()[:cut]) + (f" tail{suffix} more{suffix}" if suffix else "")
-    return f"{text}\n{FOOTER}" if footer else text
 
 
 def split(records: Sequence[Record], sizes: Sequence[int]) -> list[list[Record]]:

@@ -43,20 +43,27 @@ SaslPasswordFile = Annotated[
 SslCafile = Annotated[Path | None, _opt("ssl_cafile", "PEM CA bundle for the broker certificate [default: system].")]
 SslCertfile = Annotated[Path | None, _opt("ssl_certfile", "PEM client certificate (mutual TLS).")]
 SslKeyfile = Annotated[Path | None, _opt("ssl_keyfile", "PEM private key of the client certificate.")]
+# The deployment's topics, shared by `worker` and `worker-reshard`.
+Broker = Annotated[str | None, _opt("broker", "Kafka bootstrap host:port [default: 127.0.0.1:9092].")]
+InputTopic = Annotated[str | None, _opt("input_topic", "Input topic [default: crawl.documents].")]
+EventsTopic = Annotated[str | None, _opt("events_topic", "Events topic [default: dedupe.events].")]
+DedupedTopic = Annotated[
+    str | None, _opt("deduped_topic", "Compacted canonical topic [default: crawl.documents.deduped].")
+]
+DlqTopic = Annotated[str | None, _opt("dlq_topic", "Dead-letter topic [default: dedupe.dlq].")]
+InputPartitions = Annotated[
+    int | None, _opt("input_partitions", "Partitions of topics the worker creates [default: 4].")
+]
 
 
 def worker(
-    broker: Annotated[str | None, _opt("broker", "Kafka bootstrap host:port [default: 127.0.0.1:9092].")] = None,
+    broker: Broker = None,
     app_id: Annotated[str | None, _opt("app_id", "App id = consumer group; names internal topics.")] = None,
-    input_topic: Annotated[str | None, _opt("input_topic", "Input topic [default: crawl.documents].")] = None,
-    events_topic: Annotated[str | None, _opt("events_topic", "Events topic [default: dedupe.events].")] = None,
-    deduped_topic: Annotated[
-        str | None, _opt("deduped_topic", "Compacted canonical topic [default: crawl.documents.deduped].")
-    ] = None,
-    dlq_topic: Annotated[str | None, _opt("dlq_topic", "Dead-letter topic [default: dedupe.dlq].")] = None,
-    input_partitions: Annotated[
-        int | None, _opt("input_partitions", "Partitions of topics the worker creates [default: 4].")
-    ] = None,
+    input_topic: InputTopic = None,
+    events_topic: EventsTopic = None,
+    deduped_topic: DedupedTopic = None,
+    dlq_topic: DlqTopic = None,
+    input_partitions: InputPartitions = None,
     replication_factor: Annotated[
         int | None, _opt("replication_factor", "Replicas of the topics it creates; 1: one local broker [default: 3].")
     ] = None,
@@ -306,16 +313,12 @@ def worker_reshard(
     from_app: Annotated[str, typer.Option(help="App id of the stopped deployment to copy (left unchanged).")],
     to_app: Annotated[str, typer.Option(help="App id of the copy (new: its topics are created).")],
     index_shards: Annotated[int, typer.Option(help="Index shards of the copy (1: none).")],
-    broker: Annotated[str | None, _opt("broker", "Kafka bootstrap host:port [default: 127.0.0.1:9092].")] = None,
-    input_topic: Annotated[str | None, _opt("input_topic", "Input topic [default: crawl.documents].")] = None,
-    events_topic: Annotated[str | None, _opt("events_topic", "Events topic [default: dedupe.events].")] = None,
-    deduped_topic: Annotated[
-        str | None, _opt("deduped_topic", "Compacted canonical topic [default: crawl.documents.deduped].")
-    ] = None,
-    dlq_topic: Annotated[str | None, _opt("dlq_topic", "Dead-letter topic [default: dedupe.dlq].")] = None,
-    input_partitions: Annotated[
-        int | None, _opt("input_partitions", "Partitions of topics the copy creates [default: 4].")
-    ] = None,
+    broker: Broker = None,
+    input_topic: InputTopic = None,
+    events_topic: EventsTopic = None,
+    deduped_topic: DedupedTopic = None,
+    dlq_topic: DlqTopic = None,
+    input_partitions: InputPartitions = None,
     replication_factor: Annotated[
         int | None, _opt("replication_factor", "Replicas of the copy's topics [default: 3].")
     ] = None,

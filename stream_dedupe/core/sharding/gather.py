@@ -179,6 +179,8 @@ class ShardedStore:
             ) from self.broken
         if self.window is None and any(batch.get(ns) for ns in SHARDED_NAMESPACES):
             raise StateMismatchError("a sharded store is written before attach(): build the engine on it first")
+        if self.window is not None:
+            self.connect()  # an interrupted commit reaches the shards before this one (a no-op after)
         ops = self.window.take_ops() if self.window is not None else [ShardOps() for _ in range(self.shards)]
         for namespace in SHARDED_NAMESPACES:
             for key, value in batch.get(namespace, {}).items():
@@ -187,7 +189,6 @@ class ShardedStore:
         if not any(ops):
             self.local.write(local)
             return
-        self.connect()  # an interrupted commit reaches the shards before this one
         number = self.number + 1
         meta = dict(local.get("meta", {}))
         meta[OUTBOX_KEY] = encode_all(number, ops)
