@@ -76,15 +76,18 @@ def _serve(conn: Connection, root: str, shard: int, shards: int, parent: int) ->
                 elif method == "get_many":
                     result = part.get_many(*args)
                 elif method == "stats":
+                    page = os.sysconf("SC_PAGE_SIZE")
+                    rss = page * int(Path("/proc/self/statm").read_text().split()[1])  # before any compaction
+                    usage = resource.getrusage(resource.RUSAGE_SELF)
                     if args and args[0]:
                         store.compact()  # on-disk bytes as they settle, not with the write-ahead files
-                    usage = resource.getrusage(resource.RUSAGE_SELF)
                     result = {
                         "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
                         "documents": part.documents,
                         "band_table_bytes": part.tables.nbytes,
                         "disk_bytes": store.disk_bytes(),
-                        "rss_bytes": os.sysconf("SC_PAGE_SIZE") * int(Path("/proc/self/statm").read_text().split()[1]),
+                        "rss_bytes": rss,
+                        "peak_rss_bytes": usage.ru_maxrss * 1024,
                     }
                 else:
                     raise ValueError(f"unknown shard call {method!r}")

@@ -137,6 +137,9 @@ class WorkerMetrics:
             ["shard"],
             registry=r,
         )
+        self.shard_state_bytes = Gauge(
+            "stream_dedupe_shard_state_bytes", "Bytes of a served shard's tables on disk.", ["shard"], registry=r
+        )
         self.shard_lag = Gauge(
             "stream_dedupe_shard_request_lag",
             "Shard call records not yet read by a served shard (end offset minus position).",

@@ -21,13 +21,14 @@ import asyncio
 import contextlib
 import logging
 import struct
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from stream_dedupe.core.sharding.ops import ShardOps
 from stream_dedupe.core.sharding.shard import IndexShard, stored_layout
 from stream_dedupe.worker import shard_wire as wire
-from stream_dedupe.worker.metrics import WorkerMetrics
+from stream_dedupe.worker.metrics import WorkerMetrics, dir_bytes
 from stream_dedupe.worker.produce import send_batches
 from stream_dedupe.worker.settings import WorkerSettings
 from stream_dedupe.worker.store import FaustTableStore
@@ -85,6 +86,7 @@ class ShardServer:
         self.calls = 0
         self.applied_commits = 0
         self.offset = -1  # last request read
+        self._sized_at = 0.0  # when the disk bytes were last measured (a directory walk)
 
     def start(self) -> None:
         """Start serving in a task."""
@@ -100,7 +102,8 @@ class ShardServer:
         with contextlib.suppress(Exception):
             await self.store.settle(self.producer)
         if self.metrics is not None:  # the new holder reports this shard
-            for gauge in (self.metrics.shard_documents, self.metrics.shard_table_bytes, self.metrics.shard_lag):
+            m = self.metrics
+            for gauge in (m.shard_documents, m.shard_table_bytes, m.shard_lag, m.shard_state_bytes):
                 with contextlib.suppress(KeyError):
                     gauge.remove(str(self.shard))
 
@@ -116,6 +119,11 @@ class ShardServer:
         end = consumer.highwater(tp)
         if end is not None:
             m.shard_lag.labels(label).set(max(end - self.offset - 1, 0))
+        if time.monotonic() - self._sized_at > 30:
+            self._sized_at = time.monotonic()
+            tables = self.settings.state_dir / "v1" / "tables"
+            size = sum(dir_bytes(tables / f"shard-{ns}-{self.shard}.db") for ns in SHARD_NAMESPACES)
+            m.shard_state_bytes.labels(label).set(size)
 
     async def _open(self) -> None:
         if self.store.recover(POSITION_KEY):

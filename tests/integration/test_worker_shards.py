@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from stream_dedupe.storage.docrecord import DocRecord
 from tests.integration.conftest import (
     Broker,
     Names,
@@ -52,12 +53,21 @@ def _run(
     produce(broker.bootstrap, names.input, [(orjson.loads(d)["id"].encode(), d) for d in docs])
     msgs = consume(broker.bootstrap, names.events, until=n_document_events(len(docs)), timeout=300)
     served = [metric(w, "stream_dedupe_shards_served") for w in started]
+    shard_docs = sum(
+        metric(w, "stream_dedupe_shard_documents", f'{{shard="{i}"}}') for w in started for i in range(shards)
+    )
+    if shards > 1:
+        states = [
+            metric(w, "stream_dedupe_shard_state_bytes", f'{{shard="{i}"}}') for w in started for i in range(shards)
+        ]
+        assert sum(1 for b in states if b > 0) == shards, states  # every shard reports its disk, once
     deciders = [w for w in started if role(w) == "decide"]
     assert len(deciders) == 1, [role(w) for w in started]
     for w in started:
         assert w.stop() == 0, w.log()[-3000:]
     events = assert_one_decision_per_input(msgs, len(docs))
     deduped = replay_compacted(consume(broker.bootstrap, names.deduped))
+    served.append(shard_docs)  # last: documents in the shards' band tables, over every shard
     return worker_state(deciders[0].state_dir), deduped, events, served
 
 
@@ -72,6 +82,9 @@ def test_any_shard_count_and_worker_count_give_the_same_answers(broker: Broker, 
         assert events == expected_events, (shards, n_workers)
         assert cluster_sets(state) == cluster_sets(expected_store)
         if shards > 1:
+            *served, in_tables = served
+            indexed = sum(1 for _, v in state.items("docs") if DocRecord.decode(v).indexed)
+            assert in_tables == indexed, (in_tables, indexed)  # the shards' tables hold the indexed documents
             assert sum(served) == shards, served  # every shard served by exactly one worker
             if n_workers > 1:
                 assert sum(1 for s in served if s > 0) > 1, served  # the shards are spread over the workers
