@@ -420,7 +420,8 @@ def _register_commands(argv: list[str]) -> str | None:
         app.command()(tune)
         app.command("reshard")(reshard_command)
     if (command is None or command not in _registered()) and "worker" not in _registered():
-        from stream_dedupe.worker.cli import produce, worker, worker_reshard
+        from stream_dedupe.worker.cli import produce, worker
+        from stream_dedupe.worker.reshard import worker_reshard
 
         app.command()(worker)
         app.command()(produce)

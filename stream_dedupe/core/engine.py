@@ -73,11 +73,7 @@ class DedupeEngine:
         self.rebuild_index()
 
     def rebuild_index(self) -> None:
-        """Rebuild the in-memory band tables from the signatures in the state (start-up, recovery).
-
-        On a sharded index (:class:`~stream_dedupe.core.sharding.gather.ShardedStore`) the shards
-        rebuild their own tables and the engine gets a window on them.
-        """
+        """Rebuild the band tables from the stored signatures; on a sharded store, a window on the shards' tables."""
         if isinstance(self.store, ShardedStore):
             self.lsh = self.store.attach(self.params.bands, self.params.rows, self.limits.max_bucket_size)
             return

@@ -309,58 +309,6 @@ def _force_exit(timeout: float) -> None:
     os._exit(3)
 
 
-def worker_reshard(
-    from_app: Annotated[str, typer.Option(help="App id of the stopped deployment to copy (left unchanged).")],
-    to_app: Annotated[str, typer.Option(help="App id of the copy (new: its topics are created).")],
-    index_shards: Annotated[int, typer.Option(help="Index shards of the copy (1: none).")],
-    broker: Broker = None,
-    input_topic: InputTopic = None,
-    events_topic: EventsTopic = None,
-    deduped_topic: DedupedTopic = None,
-    dlq_topic: DlqTopic = None,
-    input_partitions: InputPartitions = None,
-    replication_factor: Annotated[
-        int | None, _opt("replication_factor", "Replicas of the copy's topics [default: 3].")
-    ] = None,
-    security_protocol: SecurityProtocol = None,
-    sasl_mechanism: SaslMechanism = None,
-    sasl_username: SaslUsername = None,
-    sasl_password: SaslPassword = None,
-    sasl_password_file: SaslPasswordFile = None,
-    ssl_cafile: SslCafile = None,
-    ssl_certfile: SslCertfile = None,
-    ssl_keyfile: SslKeyfile = None,
-) -> None:
-    """Copy a stopped worker deployment's state to a new app id with another number of index shards."""
-    from stream_dedupe.worker.reshard import reshard_app
-
-    common: dict[str, Any] = {
-        "broker": broker,
-        "input_topic": input_topic,
-        "events_topic": events_topic,
-        "deduped_topic": deduped_topic,
-        "dlq_topic": dlq_topic,
-        "input_partitions": input_partitions,
-        "replication_factor": replication_factor,
-        "security_protocol": security_protocol,
-        "sasl_mechanism": sasl_mechanism,
-        "sasl_username": sasl_username,
-        "sasl_password": sasl_password,
-        "sasl_password_file": sasl_password_file,
-        "ssl_cafile": ssl_cafile,
-        "ssl_certfile": ssl_certfile,
-        "ssl_keyfile": ssl_keyfile,
-    }
-    source = WorkerSettings.load(app_id=from_app, **common)
-    target = WorkerSettings.load(app_id=to_app, index_shards=index_shards, **common)
-    counts = asyncio.run(reshard_app(source, target))
-    err.print(
-        f"copied app {from_app} to {to_app} with {index_shards} index shard(s): "
-        + ", ".join(f"{n:,} {kind}" for kind, n in counts.items())
-        + f"; start its workers with --app-id {to_app} --index-shards {index_shards}"
-    )
-
-
 def produce(
     inputs: Annotated[list[str], typer.Argument(help="JSONL inputs (.jsonl, .jsonl.gz), or - for stdin.")],
     broker: Annotated[str | None, _opt("broker", "Kafka bootstrap host:port [default: 127.0.0.1:9092].")] = None,

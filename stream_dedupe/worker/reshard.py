@@ -15,12 +15,14 @@ decider's last commit): start one worker of ``A`` until it is ready, which finis
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import orjson
+import typer
 
 from stream_dedupe.config import DedupeParams
 from stream_dedupe.core.layout import resolve
@@ -30,6 +32,24 @@ from stream_dedupe.core.sharding.shard import SHARDED_NAMESPACES, shard_meta
 from stream_dedupe.errors import StreamDedupeError
 from stream_dedupe.storage.base import NAMESPACES
 from stream_dedupe.storage.docrecord import DocRecord
+from stream_dedupe.worker.cli import (
+    Broker,
+    DedupedTopic,
+    DlqTopic,
+    EventsTopic,
+    InputPartitions,
+    InputTopic,
+    SaslMechanism,
+    SaslPassword,
+    SaslPasswordFile,
+    SaslUsername,
+    SecurityProtocol,
+    SslCafile,
+    SslCertfile,
+    SslKeyfile,
+    _opt,
+    err,
+)
 from stream_dedupe.worker.pipeline import INDEX_OFFSET_KEY, INPUT_OFFSET_PREFIX
 from stream_dedupe.worker.produce import send_batches
 from stream_dedupe.worker.settings import WorkerSettings
@@ -257,3 +277,53 @@ async def _seed_sign_group(target: WorkerSettings, meta: dict[bytes, bytes]) -> 
         await consumer.commit(offsets)
     finally:
         await consumer.stop()
+
+
+def worker_reshard(
+    from_app: Annotated[str, typer.Option(help="App id of the stopped deployment to copy (left unchanged).")],
+    to_app: Annotated[str, typer.Option(help="App id of the copy (new: its topics are created).")],
+    index_shards: Annotated[int, typer.Option(help="Index shards of the copy (1: none).")],
+    broker: Broker = None,
+    input_topic: InputTopic = None,
+    events_topic: EventsTopic = None,
+    deduped_topic: DedupedTopic = None,
+    dlq_topic: DlqTopic = None,
+    input_partitions: InputPartitions = None,
+    replication_factor: Annotated[
+        int | None, _opt("replication_factor", "Replicas of the copy's topics [default: 3].")
+    ] = None,
+    security_protocol: SecurityProtocol = None,
+    sasl_mechanism: SaslMechanism = None,
+    sasl_username: SaslUsername = None,
+    sasl_password: SaslPassword = None,
+    sasl_password_file: SaslPasswordFile = None,
+    ssl_cafile: SslCafile = None,
+    ssl_certfile: SslCertfile = None,
+    ssl_keyfile: SslKeyfile = None,
+) -> None:
+    """Copy a stopped worker deployment's state to a new app id with another number of index shards."""
+    common: dict[str, Any] = {
+        "broker": broker,
+        "input_topic": input_topic,
+        "events_topic": events_topic,
+        "deduped_topic": deduped_topic,
+        "dlq_topic": dlq_topic,
+        "input_partitions": input_partitions,
+        "replication_factor": replication_factor,
+        "security_protocol": security_protocol,
+        "sasl_mechanism": sasl_mechanism,
+        "sasl_username": sasl_username,
+        "sasl_password": sasl_password,
+        "sasl_password_file": sasl_password_file,
+        "ssl_cafile": ssl_cafile,
+        "ssl_certfile": ssl_certfile,
+        "ssl_keyfile": ssl_keyfile,
+    }
+    source = WorkerSettings.load(app_id=from_app, **common)
+    target = WorkerSettings.load(app_id=to_app, index_shards=index_shards, **common)
+    counts = asyncio.run(reshard_app(source, target))
+    err.print(
+        f"copied app {from_app} to {to_app} with {index_shards} index shard(s): "
+        + ", ".join(f"{n:,} {kind}" for kind, n in counts.items())
+        + f"; start its workers with --app-id {to_app} --index-shards {index_shards}"
+    )
