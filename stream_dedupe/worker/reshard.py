@@ -28,7 +28,7 @@ from stream_dedupe.config import DedupeParams
 from stream_dedupe.core.layout import resolve
 from stream_dedupe.core.sharding.gather import LAYOUT_KEY, OUTBOX_KEY, owner
 from stream_dedupe.core.sharding.ops import ShardOps, decode_all, encode_all
-from stream_dedupe.core.sharding.shard import SHARDED_NAMESPACES, shard_meta
+from stream_dedupe.core.sharding.shard import APPLIED_KEY, SHARDED_NAMESPACES, shard_meta
 from stream_dedupe.errors import StreamDedupeError
 from stream_dedupe.storage.base import NAMESPACES
 from stream_dedupe.storage.docrecord import DocRecord
@@ -57,7 +57,6 @@ from stream_dedupe.worker.store import JOURNAL_HEAD
 from stream_dedupe.worker.topics import changelog_topic, prepare_worker_topics, shard_changelog_topic
 
 log = logging.getLogger("stream_dedupe.worker.reshard")
-_APPLIED_KEY = b"shard-applied"
 _CHUNK = 2000
 
 
@@ -89,7 +88,7 @@ async def reshard_app(source: WorkerSettings, target: WorkerSettings) -> dict[st
     number = decode_all(meta[OUTBOX_KEY])[0] if OUTBOX_KEY in meta else 0
     if old > 1:
         for shard in range(old):
-            applied = int((await _final(source, shard_changelog_topic(source, "meta"), shard)).get(_APPLIED_KEY, b"0"))
+            applied = int((await _final(source, shard_changelog_topic(source, "meta"), shard)).get(APPLIED_KEY, b"0"))
             if applied != number:
                 raise ReshardError(
                     _MID_BATCH.format(app=source.app_id, what=f"shard {shard} holds commit {applied}, not {number}")

@@ -28,7 +28,8 @@ from stream_dedupe.storage.base import KVStore
 
 _LAYOUT_KEY = b"shard"
 
-_APPLIED_KEY = b"shard-applied"
+#: ``meta`` key of the last commit a shard applied.
+APPLIED_KEY = b"shard-applied"
 #: The namespaces a shard holds for the gather.
 SHARDED_NAMESPACES = ("sigs", "sets")
 
@@ -36,7 +37,7 @@ SHARDED_NAMESPACES = ("sigs", "sets")
 def shard_meta(shard: int, shards: int, bands: int, rows: int, applied: int) -> dict[bytes, bytes | None]:
     """The ``meta`` entries of a shard state written by hand (a re-shard): its layout and last commit."""
     layout = {"shard": shard, "shards": shards, "bands": bands, "rows": rows}
-    return {_LAYOUT_KEY: orjson.dumps(layout), _APPLIED_KEY: str(applied).encode()}
+    return {_LAYOUT_KEY: orjson.dumps(layout), APPLIED_KEY: str(applied).encode()}
 
 
 def stored_layout(store: KVStore) -> dict[str, int] | None:
@@ -72,7 +73,7 @@ class IndexShard:
                 f"this shard state was written as {orjson.loads(raw)}, not {layout}: open each shard's own "
                 "directory, with the shard count and LSH parameters it was built with (re-shard with a new state)"
             )
-        raw = store.get_many("meta", [_APPLIED_KEY])[0]
+        raw = store.get_many("meta", [APPLIED_KEY])[0]
         self.applied = 0 if raw is None else int(raw)
         self.tables = ShardBandIndex(bands, rows)
         self._ids: list[str] = []
@@ -169,7 +170,7 @@ class IndexShard:
         batch = {ns: dict(writes) for ns, writes in ops.kv.items() if writes}
         if docs:
             batch["docs"] = docs
-        batch["meta"] = {**(meta or {}), _APPLIED_KEY: str(number).encode()}
+        batch["meta"] = {**(meta or {}), APPLIED_KEY: str(number).encode()}
         return batch
 
     def members(self, bands: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, list[str]]:
