@@ -1,6 +1,7 @@
 """Scale-out of the worker: 1 vs 2 workers end to end, and failover time after kill -9.
 
     python bench/bench_scale_out.py --docs 20000 --failover-docs 100000
+    python bench/bench_scale_out.py --skip-throughput --skip-failover --shard-takeover --shard-docs 40000
 
 1. throughput: the same N documents (~1.7 KB, bench/synth.py) through an app of 1 worker and an
    app of 2 workers (4 input partitions each); docs/s = N / (first produce -> last document
@@ -12,6 +13,10 @@
    ``decide``, 200), split into the group noticing the death (session timeout) and the
    takeover (table recovery or standby catch-up, LSH index rebuild).
 3. ``--guarantees``: one worker, ``at_least_once`` vs ``exactly_once``, interleaved.
+4. ``--shard-takeover``: an app of 2 workers with ``--index-shards 2`` and ``--standby-replicas``
+   0 and then 1; M documents decided, the standby copies caught up (lag 0); the worker that does
+   not decide is killed (-9); time until the survivor serves both shards
+   (``stream_dedupe_shards_served`` 2), and the changelog records Faust's recovery read.
 
 Prints one JSON object (also written to bench/out/scale_out.json).
 """
@@ -95,6 +100,41 @@ def failover(bootstrap: str, docs: list[bytes], standby: int, tmp: Path, settle:
                 w.stop()
 
 
+def shard_takeover(bootstrap: str, docs: list[bytes], standby: int, tmp: Path) -> dict[str, Any]:
+    """Kill -9 the worker that does not decide (it serves a shard); time until the decider serves both."""
+    prefix = f"st{standby}{uuid.uuid4().hex[:6]}"
+    extra = ["--index-shards", "2", "--standby-replicas", str(standby), "--shard-timeout", "20"]
+    workers = [Worker(bootstrap, prefix, tmp, extra, name=f"{prefix}-w{i}") for i in range(2)]
+    try:
+        for w in workers:
+            w.wait_ready()
+        asyncio.run(produce_and_consume(bootstrap, prefix, docs, None))
+        decider = next(w for w in workers if w.readyz().get("role") == "decide")
+        other = next(w for w in workers if w is not decider)
+        if _counter(decider.metrics(), "stream_dedupe_shards_served") != 1:
+            raise SystemExit("the shards did not spread over the two workers: run again")
+        deadline = time.monotonic() + 120
+        while standby and _counter(decider.metrics(), "stream_dedupe_shard_standby_lag_records") != 0:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the standby copy did not catch up: {decider.log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        killed = time.monotonic()
+        other.kill9()
+        while _counter(decider.metrics(), "stream_dedupe_shards_served") != 2:
+            if time.monotonic() - killed > 900:
+                raise SystemExit(f"no takeover after 900 s: {decider.log.read_text()[-3000:]}")
+            time.sleep(0.1)
+        return {
+            "docs_in_state": len(docs),
+            "standby_replicas": standby,
+            "takeover_s": round(time.monotonic() - killed, 2),
+        }
+    finally:
+        for w in workers:
+            if w.proc.poll() is None:
+                w.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=20000)
@@ -105,6 +145,8 @@ def main() -> None:
     parser.add_argument("--standby-settle", type=float, default=60.0, help="idle seconds before the last kill")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--guarantees", action="store_true", help="also 1 worker at_least_once vs exactly_once")
+    parser.add_argument("--shard-takeover", action="store_true", help="also a shard's takeover, standby 0 vs 1")
+    parser.add_argument("--shard-docs", type=int, default=40000)
     args = parser.parse_args()
     result: dict[str, Any] = {"cpus": os.cpu_count(), "docs": args.docs, "loadavg_start": os.getloadavg()}
     with broker(args.bootstrap, port=19692) as bootstrap, tempfile.TemporaryDirectory() as d:
@@ -132,6 +174,10 @@ def main() -> None:
             many = synth_docs(args.failover_docs, seed=3)
             cases = [(0, 3.0), (1, 3.0), (1, args.standby_settle)]
             result["failover"] = [failover(bootstrap, many, standby, tmp, settle) for standby, settle in cases]
+        if args.shard_takeover:
+            many = synth_docs(args.shard_docs, seed=4)
+            result["shard_takeover"] = [shard_takeover(bootstrap, many, standby, tmp) for standby in (0, 1, 0, 1)]
+            print(json.dumps(result["shard_takeover"]), flush=True)
     result["loadavg_end"] = os.getloadavg()
     write_result("scale_out.json", result)
 

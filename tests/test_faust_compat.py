@@ -125,6 +125,28 @@ def test_consumer_paused_partitions(app: Any) -> None:
     assert faust_compat.is_paused(consumer, tp)
 
 
+def test_consumer_group_member_id(app: Any) -> None:
+    from aiokafka import AIOKafkaConsumer
+    from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+
+    thread = getattr(app.consumer, "_thread", None)
+    canary(isinstance(thread, AIOKafkaConsumerThread), "faust Consumer._thread (AIOKafkaConsumerThread)")
+    canary("self._consumer = " in inspect.getsource(AIOKafkaConsumerThread), "AIOKafkaConsumerThread._consumer")
+    assert faust_compat.member_id(app) == ""  # not joined yet
+
+    async def joined_member_id() -> str:  # a real aiokafka consumer, its coordinator given an id
+        consumer = AIOKafkaConsumer(bootstrap_servers="127.0.0.1:9", group_id="g")
+        canary("self._coordinator = " in inspect.getsource(AIOKafkaConsumer), "AIOKafkaConsumer._coordinator")
+        from aiokafka.consumer.group_coordinator import GroupCoordinator
+
+        canary("self.member_id = " in inspect.getsource(GroupCoordinator.__init__), "GroupCoordinator.member_id")
+        thread._consumer = consumer
+        consumer._coordinator = type("C", (), {"member_id": "faust-0.15.3-m1"})()
+        return faust_compat.member_id(app)
+
+    assert asyncio.run(joined_member_id()) == "faust-0.15.3-m1"
+
+
 def test_fetch_wait_patch_of_the_consumer_thread() -> None:
     from aiokafka import AIOKafkaConsumer
     from faust.transport.drivers import aiokafka as driver

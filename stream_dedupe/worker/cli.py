@@ -116,7 +116,12 @@ def worker(
         float | None, _opt("shard_timeout", "Seconds to wait for a shard's answer [default: 60].")
     ] = None,
     standby_replicas: Annotated[
-        int | None, _opt("standby_replicas", "0: none; >= 1: non-deciding workers keep a state copy [default: 1].")
+        int | None,
+        _opt(
+            "standby_replicas",
+            "0: none; >= 1: non-deciding workers keep a state copy, and each index shard gets this many "
+            "copies on other workers [default: 1].",
+        ),
     ] = None,
     session_timeout: Annotated[float | None, _opt("session_timeout", "Broker session timeout, s [default: 6].")] = None,
     heartbeat_interval: Annotated[float | None, _opt("heartbeat_interval", "Heartbeat, s [default: 1].")] = None,

@@ -123,6 +123,18 @@ def in_recovery(app: Any) -> bool:
 # -------------------------------------------------------------------------------- consumers ------
 
 
+def member_id(app: Any) -> str:
+    """The worker's member id in the app's consumer group ("" before it joined).
+
+    ``Consumer._thread._consumer._coordinator.member_id`` (the aiokafka consumer Faust runs in
+    its consumer thread); the broker's ``DescribeGroups`` names the members by the same id.
+    """
+    consumer = getattr(getattr(app.consumer, "_thread", None), "_consumer", None)
+    coordinator = getattr(consumer, "_coordinator", None)
+    value = getattr(coordinator, "member_id", "")
+    return value if isinstance(value, str) and value != "" else ""
+
+
 def is_paused(consumer: Any, tp: Any) -> bool:
     """True if Faust's consumer has ``tp`` paused (``Consumer._paused_partitions``)."""
     return tp in consumer._paused_partitions

@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stream_dedupe.worker import faust_compat
@@ -34,34 +34,38 @@ _FETCH_RECORDS = 20_000
 
 
 class _Tables:
-    """The tables' changelog partitions and local stores (partition 0 of each)."""
+    """The tables' changelog partitions and local stores (partition 0 of each, or the given ones)."""
 
-    def __init__(self, tables: Mapping[str, Any]) -> None:
+    def __init__(self, tables: Mapping[str, Any], partitions: Sequence[int] = (0,)) -> None:
         from aiokafka import TopicPartition  # type: ignore[import-untyped]
 
-        self.tables = tables
-        self.by_tp = {TopicPartition(t.changelog_topic_name, 0): t for t in tables.values()}
+        self.tables, self.partitions = tables, tuple(partitions)
+        self.by_tp = {
+            TopicPartition(t.changelog_topic_name, p): (t, p) for t in tables.values() for p in self.partitions
+        }
 
     def existing(self, topics: set[str]) -> _Tables:
         """The tables whose changelog topic exists (a new app: Faust creates them at start)."""
-        return _Tables({ns: t for ns, t in self.tables.items() if t.changelog_topic_name in topics})
+        kept = {ns: t for ns, t in self.tables.items() if t.changelog_topic_name in topics}
+        return _Tables(kept, self.partitions)
 
     def persisted(self, tp: Any) -> int | None:
-        return faust_compat.persisted_offset(self.by_tp[tp], tp.topic, tp.partition)
+        table, partition = self.by_tp[tp]
+        return faust_compat.persisted_offset(table, tp.topic, partition)
 
     def apply(self, tp: Any, messages: list[Any]) -> None:
         """Write a fetch of one changelog partition (one WriteBatch), then its persisted offset."""
         from rocksdict import WriteBatch
 
-        table = self.by_tp[tp]
+        table, partition = self.by_tp[tp]
         batch = WriteBatch(raw_mode=True)
         for m in messages:
             if m.value is None:
                 batch.delete(m.key)
             else:
                 batch.put(m.key, m.value)
-        faust_compat.table_db(table).write(batch)  # the same handle Faust and the decide stage use
-        faust_compat.set_persisted_offset(table, tp.topic, tp.partition, messages[-1].offset)
+        faust_compat.table_db(table, partition).write(batch)  # the handle Faust and the stages use
+        faust_compat.set_persisted_offset(table, tp.topic, partition, messages[-1].offset)
 
 
 async def _consumer(settings: WorkerSettings, all_tables: _Tables, name: str) -> tuple[Any, _Tables]:
@@ -138,12 +142,13 @@ class Follower:
     Args:
         settings: Worker settings.
         tables: The worker's Faust tables, by namespace.
+        partitions: The tables' partitions to follow (index shards this worker does not serve).
 
     """
 
-    def __init__(self, settings: WorkerSettings, tables: Mapping[str, Any]) -> None:
+    def __init__(self, settings: WorkerSettings, tables: Mapping[str, Any], partitions: Sequence[int] = (0,)) -> None:
         self.settings = settings
-        self.tables = _Tables(tables)
+        self.tables = _Tables(tables, partitions)
         self.following = self.tables
         self._stop = asyncio.Event()
         self._task: asyncio.Task[int] | None = None

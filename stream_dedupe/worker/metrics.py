@@ -149,6 +149,17 @@ class WorkerMetrics:
         self.shard_calls = PromCounter(
             "stream_dedupe_shard_calls", "Calls a served shard answered or applied.", ["shard"], registry=r
         )
+        self.shard_standby_lag = Gauge(
+            "stream_dedupe_shard_standby_lag_records",
+            "Changelog records this worker's standby copies of index shards have not applied (-1: none).",
+            registry=r,
+        )
+        self.shard_standby_lag.set(-1)
+        self.shard_standbys = Gauge(
+            "stream_dedupe_shard_standbys",
+            "Index shards this worker keeps a standby copy of (the group's placement, docs/sharding.md).",
+            registry=r,
+        )
         self.shard_call_seconds = Histogram(
             "stream_dedupe_shard_call_seconds",
             "The decider's rounds of shard calls (send to the last answer).",

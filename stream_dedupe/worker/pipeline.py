@@ -86,6 +86,7 @@ class Runtime:
     shard_client: Any = None
     shard_servers: dict[int, Any] = field(default_factory=dict)
     shard_producer: Any = None
+    shard_standby: Any = None
 
 
 def pause_index(app: faust.App, rt: Runtime) -> None:

@@ -82,7 +82,9 @@ class WorkerSettings:
             sets (BENCHMARKS.md, "Worker CPU per document"): more pays only where cores are idle.
         standby_replicas: 0: no standby copy; 1 or more: every worker that does not decide keeps
             a copy of the state, following the changelogs in bulk (stream_dedupe.worker.follow), so
-            that it takes the decide stage over in seconds after a failure.
+            that it takes the decide stage over in seconds after a failure. With index shards,
+            each shard also gets this many copies on workers that do not serve it
+            (stream_dedupe.worker.shard_standby).
         session_timeout: Broker session timeout in seconds (how fast a killed worker's
             partitions are reassigned on restart).
         heartbeat_interval: Consumer heartbeat interval in seconds.

@@ -24,6 +24,7 @@ from stream_dedupe.worker import faust_compat
 from stream_dedupe.worker.produce import start_worker_producer
 from stream_dedupe.worker.shard_client import KafkaShards
 from stream_dedupe.worker.shard_serve import SHARD_NAMESPACES, ShardServer
+from stream_dedupe.worker.shard_standby import place_standbys, stop_standbys
 
 log = logging.getLogger("stream_dedupe.worker.shard")
 T = TypeVar("T")
@@ -57,13 +58,20 @@ def pause_shards(app: faust.App, rt: Any) -> None:
 
 
 async def steer_shards(app: faust.App, rt: Any, tables: dict[str, Any], settled: bool, new_consumer: Any) -> None:
-    """Start a server for each shard assigned here (once recovered); stop those no longer assigned."""
+    """Start a server for each shard assigned here (once recovered); stop those no longer assigned.
+
+    With ``standby_replicas`` > 0 the worker also keeps the standby copies the group's placement
+    gives it (:mod:`~stream_dedupe.worker.shard_standby`): a shard that moves to a worker with a
+    copy recovers only the changelog records since the copy's last fetch.
+    """
     if not tables:
         return
     owned = owned_shards(app, rt) if settled else set()
     for shard in [s for s in rt.shard_servers if s not in owned]:
         await rt.shard_servers.pop(shard).stop()
     rt.metrics.shards_served.set(len(rt.shard_servers))
+    if settled and rt.settings.standby_replicas > 0:
+        await place_standbys(app, rt, tables)
     if not owned:
         return
     pause_shards(app, rt)
@@ -78,7 +86,8 @@ async def steer_shards(app: faust.App, rt: Any, tables: dict[str, Any], settled:
 
 
 async def stop_shards(rt: Any) -> None:
-    """Stop every shard server (a rebalance: Faust may give the shards to other workers)."""
+    """Stop every shard server and the standby copy (a rebalance: Faust may move the shards)."""
+    await stop_standbys(rt)
     servers, rt.shard_servers = rt.shard_servers, {}
     for server in servers.values():
         await server.stop()

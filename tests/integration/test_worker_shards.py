@@ -61,6 +61,8 @@ def _run(
             metric(w, "stream_dedupe_shard_state_bytes", f'{{shard="{i}"}}') for w in started for i in range(shards)
         ]
         assert sum(1 for b in states if b > 0) == shards, states  # every shard reports its disk, once
+    if shards > 1 and n_workers > 1:
+        wait_for_standbys(started, shards)
     deciders = [w for w in started if role(w) == "decide"]
     assert len(deciders) == 1, [role(w) for w in started]
     for w in started:
@@ -97,6 +99,21 @@ def test_any_shard_count_and_worker_count_give_the_same_answers(broker: Broker, 
         assert result[1] == first[1], key  # the same deduped topic, byte for byte
 
 
+def wait_for_standbys(started: list[Any], shards: int) -> None:
+    """Every shard gets one standby copy (``--standby-replicas 1``), off its owner, and the copies catch up."""
+    deadline = time.monotonic() + 60
+    while True:
+        copies = [metric(w, "stream_dedupe_shard_standbys") for w in started]
+        lags = [metric(w, "stream_dedupe_shard_standby_lag_records") for w in started]
+        served = [metric(w, "stream_dedupe_shards_served") for w in started]
+        # one copy a shard; a worker serving every shard has nothing to copy
+        placed = sum(copies) == shards and all(c == 0 or c <= shards - s for c, s in zip(copies, served, strict=True))
+        if placed and all(lag == 0 for c, lag in zip(copies, lags, strict=True) if c > 0):
+            return
+        assert time.monotonic() < deadline, (copies, lags, served, started[0].log()[-3000:])
+        time.sleep(0.5)
+
+
 def worker_state_has_no_index(state: Any) -> bool:
     """The decider of a sharded index keeps no signature and no shingle set."""
     return not list(state.items("sigs")) and not list(state.items("sets"))
@@ -117,6 +134,9 @@ def test_kill_9_of_a_worker_holding_shards_loses_nothing(
     decider = next(w for w in pair if role(w) == "decide")
     other = next(w for w in pair if w is not decider)
     assert metric(other, "stream_dedupe_shards_served") >= 1, other.log()[-3000:]
+    if metric(decider, "stream_dedupe_shards_served") < 2:  # each keeps a standby copy of the other's shard
+        wait_for_standbys(pair, 2)
+        assert metric(decider, "stream_dedupe_shard_standbys") == 1
     other.kill9()  # a shard's holder dies mid-stream: the decider waits, the group gives its shard away
     produce(broker.bootstrap, names.input, keyed[700:1100])
     consume(broker.bootstrap, names.events, until=n_document_events(1100), timeout=240, idle=0)
