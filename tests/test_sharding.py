@@ -204,6 +204,12 @@ def test_rocksdb_shards_reopen_mid_stream(tmp_path: Path) -> None:
         assert any(before)
         part.rebuild()
         assert [sorted(found) for found in members(part, bands, keys)] == before
+    part = client.parts[0]  # a bitmap of another width takes the one-document-at-a-time path
+    before = [sorted(found) for found in members(part, bands, keys)]
+    key, bitmap = next(iter(part.store.items("docs")))
+    part.store.write({"docs": {key: bitmap + b"\0"}})
+    part.rebuild()
+    assert [sorted(found) for found in members(part, bands, keys)] == before
     store.close()
 
 

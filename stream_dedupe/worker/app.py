@@ -137,6 +137,7 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
     store = FaustTableStore(tables, s.state_dir / "journal")
     rt = Runtime(s, WorkerMetrics(), store)
     rt.metrics.index_shards.set(s.index_shards)
+    rt.metrics.standby_replicas.set(s.standby_replicas)
     follower = Follower(s, tables) if s.standby_replicas > 0 else None
 
     @app.agent(index_topic)

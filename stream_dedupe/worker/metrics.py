@@ -155,6 +155,9 @@ class WorkerMetrics:
             registry=r,
         )
         self.shard_standby_lag.set(-1)
+        self.standby_replicas = Gauge(
+            "stream_dedupe_standby_replicas", "Standby copies wanted per shard (--standby-replicas).", registry=r
+        )
         self.shard_standbys = Gauge(
             "stream_dedupe_shard_standbys",
             "Index shards this worker keeps a standby copy of (the group's placement, docs/sharding.md).",

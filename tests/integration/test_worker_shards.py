@@ -101,6 +101,7 @@ def test_any_shard_count_and_worker_count_give_the_same_answers(broker: Broker, 
 
 def wait_for_standbys(started: list[Any], shards: int) -> None:
     """Every shard gets one standby copy (``--standby-replicas 1``), off its owner, and the copies catch up."""
+    assert all(metric(w, "stream_dedupe_standby_replicas") == 1 for w in started)
     deadline = time.monotonic() + 60
     while True:
         copies = [metric(w, "stream_dedupe_shard_standbys") for w in started]

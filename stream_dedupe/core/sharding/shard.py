@@ -109,10 +109,28 @@ class IndexShard:
             )
         matrix = np.frombuffer(b"".join(s for s in sigs if s is not None), dtype="<u4").reshape(len(chunk), -1)
         hashes = band_hashes(matrix, self.bands, self.rows)
-        all_bands = np.arange(self.bands, dtype=np.int32)
-        for (key, bitmap), row in zip(chunk, hashes, strict=True):
-            joined = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), count=self.bands).astype(bool)
-            self._index(key.decode("utf-8"), all_bands[joined], (row[joined] >> np.uint64(32)).astype(np.uint32))
+        ids = [key.decode("utf-8") for key, _ in chunk]
+        width = (self.bands + 7) // 8
+        if any(len(bitmap) != width for _, bitmap in chunk) or len(set(ids)) < len(ids):
+            for doc_id, (_, bitmap), row in zip(ids, chunk, hashes, strict=True):  # the checks, one by one
+                joined = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), count=self.bands).astype(bool)
+                keys = (row[joined] >> np.uint64(32)).astype(np.uint32)
+                self._index(doc_id, np.flatnonzero(joined).astype(np.int32), keys)
+            return
+        # The whole chunk in one insert (3-5x the rate of one insert a document, measured: a takeover
+        # rebuilds millions): the same entries in the same order (document, then band).
+        for doc_id in ids:
+            if doc_id in self._ordinal:
+                self._index(doc_id, np.empty(0, np.int32), np.empty(0, np.uint32))  # raises
+        joined = np.unpackbits(
+            np.frombuffer(b"".join(b for _, b in chunk), np.uint8).reshape(len(chunk), width), axis=1
+        )
+        docs, bands = np.nonzero(joined[:, : self.bands])
+        base = len(self._ids)
+        self._ids.extend(ids)
+        self._ordinal.update((doc_id, base + i) for i, doc_id in enumerate(ids))
+        keys = (hashes[docs, bands] >> np.uint64(32)).astype(np.uint32)
+        self.tables.insert_entries(bands.astype(np.int32), keys, (base + docs).astype(np.int32))
 
     def _index(self, doc_id: str, bands: np.ndarray, keys: np.ndarray) -> None:
         if doc_id in self._ordinal:
