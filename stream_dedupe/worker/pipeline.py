@@ -87,6 +87,8 @@ class Runtime:
     shard_servers: dict[int, Any] = field(default_factory=dict)
     shard_producer: Any = None
     shard_standby: Any = None
+    #: Rebalances that stopped the shard standby copies (a placement looked up across one is dropped).
+    shard_epoch: int = 0
 
 
 def pause_index(app: faust.App, rt: Runtime) -> None:

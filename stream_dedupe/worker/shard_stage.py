@@ -70,19 +70,20 @@ async def steer_shards(app: faust.App, rt: Any, tables: dict[str, Any], settled:
     for shard in [s for s in rt.shard_servers if s not in owned]:
         await rt.shard_servers.pop(shard).stop()
     rt.metrics.shards_served.set(len(rt.shard_servers))
+    if owned:
+        pause_shards(app, rt)
+        if rt.shard_producer is None:
+            rt.shard_producer = await start_worker_producer(rt.settings, "shard")
+        if app.rebalancing:  # a rebalance began while the producer started: its end steers again
+            return
+        for shard in sorted(owned - set(rt.shard_servers)):
+            server = ShardServer(rt.settings, shard, tables, rt.shard_producer, new_consumer, rt.metrics)
+            rt.shard_servers[shard] = server
+            server.start()
+            log.warning("serving index shard %d", shard)
+        rt.metrics.shards_served.set(len(rt.shard_servers))
     if settled and rt.settings.standby_replicas > 0:
         await place_standbys(app, rt, tables)
-    if not owned:
-        return
-    pause_shards(app, rt)
-    if rt.shard_producer is None:
-        rt.shard_producer = await start_worker_producer(rt.settings, "shard")
-    for shard in sorted(owned - set(rt.shard_servers)):
-        server = ShardServer(rt.settings, shard, tables, rt.shard_producer, new_consumer, rt.metrics)
-        rt.shard_servers[shard] = server
-        server.start()
-        log.warning("serving index shard %d", shard)
-    rt.metrics.shards_served.set(len(rt.shard_servers))
 
 
 async def stop_shards(rt: Any) -> None:

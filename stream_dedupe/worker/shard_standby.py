@@ -88,14 +88,14 @@ async def place_standbys(app: Any, rt: Any, tables: dict[str, Any]) -> None:
     refreshes the lag gauge. A failed look-up is retried at the next call.
     """
     if rt.shard_standby is None:
-        me = faust_compat.member_id(app)
+        me, epoch = faust_compat.member_id(app), rt.shard_epoch
         try:
             described = await describe_shard_owners(rt.settings) if me else None
         except Exception as exc:  # the broker is briefly away: the next call tries again
             log.warning("standby placement of the index shards not read yet: %s", exc)
             return
-        if described is None:
-            return
+        if described is None or rt.shard_epoch != epoch or app.rebalancing:
+            return  # a rebalance began during the look-up: the copies may not write now
         members, owners = described
         if me not in members or len(owners) < rt.settings.index_shards:
             return  # the group is moving again: place the copies after it settles
@@ -112,8 +112,9 @@ async def place_standbys(app: Any, rt: Any, tables: dict[str, Any]) -> None:
 
 async def stop_standbys(rt: Any) -> None:
     """Stop the standby copy (a rebalance: Faust's recovery and the servers become the only writers)."""
-    if rt.shard_standby is not None:
-        await rt.shard_standby.stop()
-        rt.shard_standby = None
+    rt.shard_epoch += 1  # a placement being looked up now is not started
+    follower, rt.shard_standby = rt.shard_standby, None  # nobody restarts it while it stops
+    if follower is not None:
+        await follower.stop()
     rt.metrics.shard_standby_lag.set(-1)
     rt.metrics.shard_standbys.set(0)
