@@ -40,6 +40,7 @@ def reshard(source: Path, target: Path, shards: int) -> dict[str, int]:
     from stream_dedupe.core.layout import resolve
     from stream_dedupe.core.sharding.gather import LAYOUT_KEY, OUTBOX_KEY, ShardedStore, owner
     from stream_dedupe.core.sharding.ops import ShardOps, encode_all
+    from stream_dedupe.core.sharding.outbox import is_outbox_key
     from stream_dedupe.core.sharding.shard import SHARDED_NAMESPACES, shard_meta
     from stream_dedupe.sharded_state import ProcessShards
     from stream_dedupe.storage.base import NAMESPACES
@@ -66,8 +67,8 @@ def reshard(source: Path, target: Path, shards: int) -> dict[str, int]:
                 if ns in SHARDED_NAMESPACES and parts:
                     continue
                 items = store.items(ns) if ns in SHARDED_NAMESPACES else source_local.items(ns)
-                skip = {OUTBOX_KEY, LAYOUT_KEY} if ns == "meta" else set()
-                counts[ns] = _copy(((k, v) for k, v in items if k not in skip), lambda k: local_out, ns)
+                kept = ((k, v) for k, v in items if ns != "meta" or not (k == LAYOUT_KEY or is_outbox_key(k)))
+                counts[ns] = _copy(kept, lambda k: local_out, ns)
             if not parts:
                 return counts
             meta = {LAYOUT_KEY: str(shards).encode(), OUTBOX_KEY: encode_all(number, [ShardOps()] * shards)}

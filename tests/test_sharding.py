@@ -25,10 +25,12 @@ from stream_dedupe.core.engine import DedupeEngine
 from stream_dedupe.core.layout import resolve
 from stream_dedupe.core.lsh import band_hashes
 from stream_dedupe.core.records import Deletion, Record
+from stream_dedupe.core.sharding import outbox
 from stream_dedupe.core.sharding.bands import ShardBandIndex
 from stream_dedupe.core.sharding.gather import ShardedStore, owner
 from stream_dedupe.core.sharding.local import LocalShards
 from stream_dedupe.core.sharding.ops import BandOp, ShardOps, decode_all, encode_all
+from stream_dedupe.core.sharding.outbox import OUTBOX_KEY, OUTBOX_PARTS_KEY, outbox_writes, part_key, read_outbox
 from stream_dedupe.core.sharding.shard import IndexShard
 from stream_dedupe.core.sharding.window import BandWindow
 from stream_dedupe.errors import StateError, StateMismatchError
@@ -41,7 +43,7 @@ from .helpers import corpus, doc, edit
 from .test_fastpath import body, operations
 
 HEAVY = ("sigs", "sets")
-SHARD_META = (b"shard-outbox", b"shards")
+SHARD_META = (b"shards",)
 PARAMS = DedupeParams(verify="exact", boilerplate=BoilerplateConfig(min_docs=4))
 State = dict[str, list[tuple[bytes, bytes]]]
 Outcome = tuple[list[bytes], State, dict[str, int]]
@@ -86,7 +88,7 @@ def drive(engine: DedupeEngine, batches: Sequence[Sequence[Record]]) -> list[byt
 def snapshot(store: KVStore, local: KVStore) -> State:
     """Every namespace: the sharded ones read through ``store``, the rest from ``local`` (no shard layout keys)."""
     state = {ns: sorted(store.items(ns) if ns in HEAVY else local.items(ns)) for ns in NAMESPACES}
-    state["meta"] = [kv for kv in state["meta"] if kv[0] not in SHARD_META]
+    state["meta"] = [kv for kv in state["meta"] if kv[0] not in SHARD_META and not outbox.is_outbox_key(kv[0])]
     return state
 
 
@@ -266,6 +268,55 @@ def test_a_crash_between_the_gathers_write_and_the_shards_loses_nothing(
     events += drive(DedupeEngine(PARAMS, store, limits), batches[resume:])
     assert events == expected[0]
     assert snapshot(store, local) == expected[1]
+
+
+def test_a_crash_with_an_outbox_cut_into_parts_loses_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's changelog record holds ~1 MB: a bigger outbox is stored in parts, all in the commit's write."""
+    monkeypatch.setattr(outbox, "OUTBOX_PART_BYTES", 997)  # every commit of this stream is cut
+    batches = split(stream(), [8])
+    limits = RuntimeLimits(max_bucket_size=2)
+    expected = run(batches, 0, limits)
+    local, stores = MemoryStore(), [MemoryStore() for _ in range(4)]
+    engine = DedupeEngine(PARAMS, ShardedStore(local, CrashingShards(4, stores.__getitem__, 3, 1)), limits)
+    events: list[bytes] = []
+    crashed = -1
+    for number, batch in enumerate(batches):
+        events.extend(orjson.dumps(e) for e in engine.process(batch))
+        try:
+            engine.commit()
+        except ConnectionError:
+            crashed = number
+            break
+    assert crashed >= 0, "the shards never crashed"
+    raw, parts = read_outbox(lambda keys: local.get_many("meta", keys))
+    assert raw is not None and parts > 1
+    assert all(len(v) <= 997 for k, v in local.items("meta") if outbox.is_outbox_key(k))
+    assert decode_all(raw)[0] == 3  # the crashed commit, whole
+    store, _ = sharded(local, 4, stores.__getitem__)  # a restart replays it from the parts
+    events += drive(DedupeEngine(PARAMS, store, limits), batches[crashed + 1 :])
+    assert events == expected[0]
+    assert snapshot(store, local) == expected[1]
+
+
+def test_an_outbox_in_parts_round_trips_and_a_smaller_one_deletes_the_rest() -> None:
+    meta = MemoryStore()
+
+    def stored() -> tuple[bytes | None, int]:
+        return read_outbox(lambda keys: meta.get_many("meta", keys))
+
+    big = bytes(range(256)) * 10
+    meta.write({"meta": outbox_writes(big, 0, part_bytes=1000)})
+    assert stored() == (big, 3)
+    assert all(len(v) <= 1000 for _, v in meta.items("meta"))
+    meta.write({"meta": outbox_writes(b"small", 3, part_bytes=1000)})
+    assert stored() == (b"small", 1)
+    assert [k for k, _ in meta.items("meta")] == [OUTBOX_KEY]  # the parts and their count are gone
+    assert outbox_writes(b"small", 1, part_bytes=1000) == {OUTBOX_KEY: b"small"}  # one key, as before parts
+    meta.write({"meta": outbox_writes(big, 1, part_bytes=1000)})
+    meta.write({"meta": {part_key(2): None}})
+    with pytest.raises(StateError, match=r"lacks parts \[2\] of 3"):
+        stored()
+    assert OUTBOX_PARTS_KEY in dict(meta.items("meta"))
 
 
 def test_a_shard_applies_each_commit_once() -> None:

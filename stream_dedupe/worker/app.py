@@ -92,6 +92,15 @@ class WorkerApp:
     tables: dict[str, Any]
 
 
+#: Seconds Faust's consumer may go without fetching before aiokafka makes it leave the group
+#: (``max_poll_interval``; Faust's default is 1,000 s). This worker reads the index and the shard
+#: calls with consumers of its own and keeps those partitions paused in Faust's consumer, which
+#: then fetches nothing at all (Faust polls only when a partition is active): with the default,
+#: every worker left the group after ~17 minutes and, never fetching, did not join it again, so
+#: the stream stopped. Liveness is the heartbeat (``--session-timeout``) and ``/healthz``.
+MAIN_CONSUMER_MAX_POLL_INTERVAL = 1e9
+
+
 def create_app(settings: WorkerSettings) -> WorkerApp:
     """Build the Faust app of a worker (topics, tables, agents, web views, timers)."""
     s = settings
@@ -122,6 +131,7 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
         topic_disable_leader=True,
         broker_session_timeout=s.session_timeout,
         broker_heartbeat_interval=s.heartbeat_interval,
+        broker_max_poll_interval=MAIN_CONSUMER_MAX_POLL_INTERVAL,
         stream_buffer_maxsize=max(4096, 4 * s.batch_size),
     )
     # acks=False: Faust's stream never processes the index (the decide task reads it with its own

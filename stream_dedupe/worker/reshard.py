@@ -28,6 +28,7 @@ from stream_dedupe.config import DedupeParams
 from stream_dedupe.core.layout import resolve
 from stream_dedupe.core.sharding.gather import LAYOUT_KEY, OUTBOX_KEY, owner
 from stream_dedupe.core.sharding.ops import ShardOps, decode_all, encode_all
+from stream_dedupe.core.sharding.outbox import is_outbox_key, read_outbox_from
 from stream_dedupe.core.sharding.shard import APPLIED_KEY, SHARDED_NAMESPACES, shard_meta
 from stream_dedupe.errors import StreamDedupeError
 from stream_dedupe.storage.base import NAMESPACES
@@ -85,7 +86,8 @@ async def reshard_app(source: WorkerSettings, target: WorkerSettings) -> dict[st
         raise ReshardError(_MID_BATCH.format(app=source.app_id, what="its decider journaled a batch it did not finish"))
     params = resolve(DedupeParams.from_state(orjson.loads(meta[b"params"])))
     old = int(meta.get(LAYOUT_KEY, b"1"))
-    number = decode_all(meta[OUTBOX_KEY])[0] if OUTBOX_KEY in meta else 0
+    stored_outbox = read_outbox_from(meta)
+    number = decode_all(stored_outbox)[0] if stored_outbox is not None else 0
     if old > 1:
         for shard in range(old):
             applied = int((await _final(source, shard_changelog_topic(source, "meta"), shard)).get(APPLIED_KEY, b"0"))
@@ -130,7 +132,7 @@ _MID_BATCH = (
 
 def _new_meta(meta: dict[bytes, bytes], shards: int, number: int) -> dict[bytes, bytes | None]:
     """The decider's meta for the copy: the new layout; no index position (the copy has its own index)."""
-    out: dict[bytes, bytes | None] = {k: v for k, v in meta.items() if k not in (LAYOUT_KEY, OUTBOX_KEY)}
+    out: dict[bytes, bytes | None] = {k: v for k, v in meta.items() if k != LAYOUT_KEY and not is_outbox_key(k)}
     out[INDEX_OFFSET_KEY] = None
     if shards > 1:
         out[LAYOUT_KEY] = str(shards).encode()

@@ -24,14 +24,16 @@ from typing import Protocol
 import mmh3
 import numpy as np
 
+from stream_dedupe.core.sharding import outbox
 from stream_dedupe.core.sharding.ops import ShardOps, decode_all, encode_all
+from stream_dedupe.core.sharding.outbox import OUTBOX_KEY, outbox_writes, read_outbox
 from stream_dedupe.core.sharding.shard import SHARDED_NAMESPACES
 from stream_dedupe.core.sharding.window import BandWindow
 from stream_dedupe.errors import ConfigError, StateError, StateMismatchError
 from stream_dedupe.storage.base import KVStore, WriteSet
 
-#: The gather's meta key of its last commit's changes for the shards (replayed after a crash).
-OUTBOX_KEY = b"shard-outbox"
+__all__ = ["LAYOUT_KEY", "OUTBOX_KEY", "ShardClient", "ShardedStore", "merge_members", "owner"]
+
 #: The gather's meta key holding the shard count.
 LAYOUT_KEY = b"shards"
 _SEED = 0x5D5D5D5D
@@ -106,6 +108,7 @@ class ShardedStore:
         self.window: BandWindow | None = None
         self._shape: tuple[int, int] | None = None
         self._outbox: tuple[int, list[ShardOps]] | None = None
+        self._outbox_parts = 0  # parts of the stored outbox (a smaller one deletes the rest)
         self._connected = False
         self.broken: BaseException | None = None
         self.number = 0
@@ -118,7 +121,7 @@ class ShardedStore:
         while the shards may be moving. :meth:`connect` runs before the first read or write.
         """
         self._shape = (bands, rows)
-        raw = self.local.get_many("meta", [OUTBOX_KEY])[0]
+        raw, self._outbox_parts = read_outbox(lambda keys: self.local.get_many("meta", keys))
         self._outbox = None if raw is None else decode_all(raw)
         if self._outbox is not None:
             self.number = self._outbox[0]
@@ -191,9 +194,10 @@ class ShardedStore:
             return
         number = self.number + 1
         meta = dict(local.get("meta", {}))
-        meta[OUTBOX_KEY] = encode_all(number, ops)
+        blob, part_bytes = encode_all(number, ops), outbox.OUTBOX_PART_BYTES
+        meta.update(outbox_writes(blob, self._outbox_parts, part_bytes))
         self.local.write({**local, "meta": meta})
-        self.number = number
+        self.number, self._outbox_parts = number, max(1, -(-len(blob) // part_bytes))
         try:
             self.client.apply(number, ops)
         except BaseException as exc:
