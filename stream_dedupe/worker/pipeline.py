@@ -89,6 +89,8 @@ class Runtime:
     shard_standby: Any = None
     #: Rebalances that stopped the shard standby copies (a placement looked up across one is dropped).
     shard_epoch: int = 0
+    #: When the shard standby placement was last looked up (monotonic s; one look-up per 2 s).
+    shard_standby_tried: float = 0.0
 
 
 def pause_index(app: faust.App, rt: Runtime) -> None:

@@ -68,9 +68,11 @@ async def steer_shards(app: faust.App, rt: Any, tables: dict[str, Any], settled:
         return
     owned = owned_shards(app, rt) if settled else set()
     for shard in [s for s in rt.shard_servers if s not in owned]:
-        await rt.shard_servers.pop(shard).stop()
+        server = rt.shard_servers.pop(shard, None)  # a rebalance's stop_shards may have taken it meanwhile
+        if server is not None:
+            await server.stop()
     rt.metrics.shards_served.set(len(rt.shard_servers))
-    if owned:
+    if owned and not app.rebalancing:
         pause_shards(app, rt)
         if rt.shard_producer is None:
             rt.shard_producer = await start_worker_producer(rt.settings, "shard")

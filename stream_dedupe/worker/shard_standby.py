@@ -16,6 +16,7 @@ copies stop when the group rebalances, before Faust's recovery may write the sam
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -88,6 +89,9 @@ async def place_standbys(app: Any, rt: Any, tables: dict[str, Any]) -> None:
     refreshes the lag gauge. A failed look-up is retried at the next call.
     """
     if rt.shard_standby is None:
+        if time.monotonic() - rt.shard_standby_tried < 2.0:
+            return  # the steer timer runs every 0.2 s: one look-up at the broker per 2 s at most
+        rt.shard_standby_tried = time.monotonic()
         me, epoch = faust_compat.member_id(app), rt.shard_epoch
         try:
             described = await describe_shard_owners(rt.settings) if me else None
