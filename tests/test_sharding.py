@@ -231,6 +231,18 @@ class CrashingShards(LocalShards):
         super().apply(number, ops)
 
 
+def run_until_the_shards_crash(engine: DedupeEngine, batches: Sequence[Sequence[Record]]) -> tuple[list[bytes], int]:
+    """The events up to the batch whose commit the shards failed, and that batch's index."""
+    events: list[bytes] = []
+    for number, batch in enumerate(batches):
+        events.extend(orjson.dumps(e) for e in engine.process(batch))
+        try:
+            engine.commit()
+        except ConnectionError:
+            return events, number
+    raise AssertionError("the shards never crashed")
+
+
 @pytest.mark.parametrize(
     ("crash_at", "reached", "carry_on"),
     [(1, 0, False), (3, 0, False), (4, 2, False), (7, 3, False), (3, 1, True)],
@@ -245,16 +257,7 @@ def test_a_crash_between_the_gathers_write_and_the_shards_loses_nothing(
     stores = [MemoryStore() for _ in range(4)]
     client = CrashingShards(4, stores.__getitem__, crash_at, reached)
     engine = DedupeEngine(PARAMS, ShardedStore(local, client), limits)
-    events: list[bytes] = []
-    crashed = -1
-    for number, batch in enumerate(batches):
-        events.extend(orjson.dumps(e) for e in engine.process(batch))
-        try:
-            engine.commit()
-        except ConnectionError:
-            crashed = number
-            break
-    assert crashed >= 0, "the shards never crashed"
+    events, crashed = run_until_the_shards_crash(engine, batches)
     assert client.applied() == [crash_at] * reached + [crash_at - 1] * (4 - reached)
     resume = crashed + 1
     if carry_on:  # the caller caught the error and goes on with the same engine
@@ -278,16 +281,7 @@ def test_a_crash_with_an_outbox_cut_into_parts_loses_nothing(monkeypatch: pytest
     expected = run(batches, 0, limits)
     local, stores = MemoryStore(), [MemoryStore() for _ in range(4)]
     engine = DedupeEngine(PARAMS, ShardedStore(local, CrashingShards(4, stores.__getitem__, 3, 1)), limits)
-    events: list[bytes] = []
-    crashed = -1
-    for number, batch in enumerate(batches):
-        events.extend(orjson.dumps(e) for e in engine.process(batch))
-        try:
-            engine.commit()
-        except ConnectionError:
-            crashed = number
-            break
-    assert crashed >= 0, "the shards never crashed"
+    events, crashed = run_until_the_shards_crash(engine, batches)
     raw, parts = read_outbox(lambda keys: local.get_many("meta", keys))
     assert raw is not None and parts > 1
     assert all(len(v) <= 997 for k, v in local.items("meta") if outbox.is_outbox_key(k))

@@ -197,7 +197,7 @@ class ShardedStore:
         blob, part_bytes = encode_all(number, ops), outbox.OUTBOX_PART_BYTES
         meta.update(outbox_writes(blob, self._outbox_parts, part_bytes))
         self.local.write({**local, "meta": meta})
-        self.number, self._outbox_parts = number, max(1, -(-len(blob) // part_bytes))
+        self.number, self._outbox_parts = number, outbox.parts_of(blob, part_bytes)
         try:
             self.client.apply(number, ops)
         except BaseException as exc:

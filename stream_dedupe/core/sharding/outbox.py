@@ -35,9 +35,14 @@ def is_outbox_key(key: bytes) -> bool:
     return key in (OUTBOX_KEY, OUTBOX_PARTS_KEY) or key.startswith(b"shard-outbox#")
 
 
+def parts_of(blob: bytes, part_bytes: int = OUTBOX_PART_BYTES) -> int:
+    """How many parts :func:`outbox_writes` stores ``blob`` in (an empty blob: one)."""
+    return max(1, -(-len(blob) // part_bytes))
+
+
 def outbox_writes(blob: bytes, stored_parts: int, part_bytes: int = OUTBOX_PART_BYTES) -> dict[bytes, bytes | None]:
     """The meta writes that store ``blob`` as the outbox, replacing one of ``stored_parts`` parts."""
-    chunks = [blob[i : i + part_bytes] for i in range(0, len(blob), part_bytes)] or [b""]
+    chunks = [blob[i * part_bytes : (i + 1) * part_bytes] for i in range(parts_of(blob, part_bytes))]
     writes: dict[bytes, bytes | None] = {OUTBOX_KEY: chunks[0]}
     if len(chunks) > 1 or stored_parts > 1:
         writes[OUTBOX_PARTS_KEY] = struct.pack("<I", len(chunks)) if len(chunks) > 1 else None

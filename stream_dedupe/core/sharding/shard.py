@@ -121,7 +121,7 @@ class IndexShard:
         # rebuilds millions): the same entries in the same order (document, then band).
         for doc_id in ids:
             if doc_id in self._ordinal:
-                self._index(doc_id, np.empty(0, np.int32), np.empty(0, np.uint32))  # raises
+                raise self._joined_twice(doc_id)
         joined = np.unpackbits(
             np.frombuffer(b"".join(b for _, b in chunk), np.uint8).reshape(len(chunk), width), axis=1
         )
@@ -132,12 +132,15 @@ class IndexShard:
         keys = (hashes[docs, bands] >> np.uint64(32)).astype(np.uint32)
         self.tables.insert_entries(bands.astype(np.int32), keys, (base + docs).astype(np.int32))
 
+    def _joined_twice(self, doc_id: str) -> StateMismatchError:
+        return StateMismatchError(
+            f"shard {self.shard}: {doc_id!r} joined the band tables twice: the shard and the gather "
+            "disagree (a shard state from another run?); rebuild the shards from the gather's state"
+        )
+
     def _index(self, doc_id: str, bands: np.ndarray, keys: np.ndarray) -> None:
         if doc_id in self._ordinal:
-            raise StateMismatchError(
-                f"shard {self.shard}: {doc_id!r} joined the band tables twice: the shard and the gather "
-                "disagree (a shard state from another run?); rebuild the shards from the gather's state"
-            )
+            raise self._joined_twice(doc_id)
         ordinal = len(self._ids)
         self._ids.append(doc_id)
         self._ordinal[doc_id] = ordinal
