@@ -20,9 +20,9 @@ from stream_dedupe.config import DedupeParams
 
 
 def _kernel_modules() -> list[ModuleType]:
-    from stream_dedupe.core import bandindex, kernels, lineform, lsh, verify
+    from stream_dedupe.core import bandindex, kernels, lineform, linekeys, lsh, verify
 
-    return [kernels, lsh, bandindex, lineform, verify]
+    return [kernels, lsh, bandindex, lineform, linekeys, verify]
 
 
 def _dispatchers(modules: list[ModuleType] | None = None) -> list[Any]:

@@ -166,8 +166,8 @@ class BatchPreparer:
         assert self.boilerplate is not None
         state, learner = self.state, self.boilerplate
         state.prefetch("docs", [d.doc_id.encode("utf-8") for d in docs])
-        forms = [learner.line_forms(d.text, d.source) for d in docs]
-        state.prefetch(BOILERPLATE, [key for lines in forms for _, _, key in lines if key is not None])
+        forms = learner.batch_lines(docs)
+        state.prefetch(BOILERPLATE, [key for lines in forms for key in lines.keys if key is not None])
         counted: set[str] = set()
         start = learner.stripped_lines
         texts, stripped = [], []

@@ -172,7 +172,10 @@ class DedupeEngine:
             if isinstance(record, Document):
                 docs.append(record)
         learner = self.boilerplate
-        texts = [learner.strip_and_count(d.text, d.source, count=False) for d in docs]
+        texts = [
+            learner.strip_and_count(d.text, d.source, False, lines=lines)
+            for d, lines in zip(docs, learner.batch_lines(docs), strict=True)
+        ]
         events: list[ev.Event] = []
         kept = {key: self.counters[key] for key in _DOCUMENT_COUNTERS}
         items = self.preparer.keyed(docs, self.signer.sign(texts), self.lsh)
