@@ -24,6 +24,7 @@ names no ``e`` (it removes all but one document per cluster): a removed document
 when it is truly a duplicate.
 
     python bench/bench_peers.py --docs 20000 --rounds 3          (make bench-peers)
+    python bench/bench_peers.py --rounds 3 --corpus ../shared/data/20newsgroups_bydate.jsonl.gz   (real mail text)
 """
 
 from __future__ import annotations
@@ -115,7 +116,16 @@ def _run_peer(name: str, path: Path, out: Path) -> None:
 
 
 # -- the parent: corpus, ground truth, interleaved rounds, report -----------------------------------
-def _corpus(path: Path, docs: int, seed: int) -> None:
+def _corpus(path: Path, docs: int, seed: int, source: Path | None = None) -> None:
+    """``docs`` synthetic documents, or the first ``docs`` lines of ``source`` (JSONL, gzipped or not)."""
+    if source is not None:
+        import gzip
+        import itertools
+
+        opener = gzip.open if source.suffix == ".gz" else open
+        with opener(source, "rb") as lines, open(path, "wb") as out:
+            out.writelines(itertools.islice((line for line in lines if line.strip()), docs))
+        return
     sys.path.insert(0, str(BENCH))
     from synth import generate
 
@@ -219,6 +229,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=2026, help="corpus seed (held out: not a tuning seed)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--corpus", type=Path, help="a JSONL corpus (.jsonl or .jsonl.gz) instead of bench/synth.py: its first --docs lines"
+    )
     parser.add_argument("--datatrove-python", help="python of a virtualenv with datatrove: also run it")
     parser.add_argument("--peer", nargs=3, metavar=("NAME", "INPUT", "OUTPUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -228,8 +241,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="sd-bench-peers-") as tmp:
         work = Path(tmp)
         corpus = work / "corpus.jsonl"
-        _corpus(corpus, args.docs, args.seed)
+        _corpus(corpus, args.docs, args.seed, args.corpus)
         ids, truth = _ground_truth(corpus)
+        args.docs = len(ids)
         systems = SYSTEMS + (("datatrove",) if args.datatrove_python else ())
         walls: dict[str, list[float]] = {name: [] for name in systems}
         cpus: dict[str, list[float]] = {name: [] for name in systems}

@@ -24,6 +24,7 @@ counts stay as they were. Each queried document is answered against the committe
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Callable, Mapping
 from functools import reduce
 from typing import Any
@@ -33,12 +34,13 @@ import numpy as np
 from stream_dedupe.api_shadow import shadow_engine
 from stream_dedupe.api_types import Decision, Match, QueryResult
 from stream_dedupe.core.batch import Prepared
+from stream_dedupe.core.candidates import verify_candidates
 from stream_dedupe.core.canonical import CanonicalKey, better
 from stream_dedupe.core.cover import Assignment, StateCoverGraph, decide_one, order_key
 from stream_dedupe.core.engine import DedupeEngine
 from stream_dedupe.core.records import Document, parse_timestamp
 from stream_dedupe.core.unionfind import UnionFind
-from stream_dedupe.core.verify import estimated_jaccard, exact_jaccard
+from stream_dedupe.core.verify import estimated_jaccard
 from stream_dedupe.errors import ConfigError
 from stream_dedupe.storage.state import StateView
 
@@ -194,36 +196,13 @@ class QueryPath:
         return QueryResult(decision, self._matches(shadow.state, item, shadow.cover.rank, neighbours))
 
     def _near(self, view: StateView, item: Prepared) -> dict[str, float]:
-        """Verified LSH candidates (as the engine's ``_near_matches``, without indexing the document)."""
-        engine, params, doc = self.engine, self.engine.params, item.doc
+        """Verified LSH candidates (as the engine's, without indexing the document or counting)."""
         assert item.band_hashes is not None
-        candidates = engine.lsh.query(item.band_hashes)
-        candidates.discard(doc.doc_id)
+        candidates = self.engine.lsh.query(item.band_hashes)
+        candidates.discard(item.doc.doc_id)
         view.prefetch("docs", [c.encode("utf-8") for c in candidates])
-        mixed = bool(params.source_thresholds)
-        out: dict[str, float] = {}
-        for other in sorted(candidates):
-            threshold = params.decision_threshold
-            record = view.doc(other)
-            if record is None:
-                continue
-            if mixed or item.title_key is not None:
-                if item.title_key is not None and record.title_key not in (None, item.title_key):
-                    continue
-                threshold = params.pair_decision_threshold(doc.source, record.source)
-            similarity = self._similarity(view, item, other)
-            if similarity >= threshold:
-                out[other] = similarity
-        return out
-
-    def _similarity(self, view: StateView, item: Prepared, other: str) -> float:
-        if item.shingle_set is not None:
-            other_set = view.shingle_set(other)
-            assert other_set is not None, f"exact mode: no shingle set stored for {other!r}"
-            return exact_jaccard(item.shingle_set, other_set)
-        other_sig = view.signature(other)
-        assert other_sig is not None and item.signature is not None
-        return estimated_jaccard(item.signature, other_sig)
+        known = {c for c in candidates if view.doc(c) is not None}
+        return {other: s for other, s, _ in verify_candidates(item, known, view, self.engine.params, Counter())}
 
     def _expand(self, view: StateView, item: Prepared, pairs: dict[str, float], out: dict[str, float]) -> None:
         """Every member of each paired content group (as :meth:`StateCoverGraph.neighbours`)."""

@@ -11,18 +11,20 @@ import os
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import IO, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
 from stream_dedupe import __version__
 from stream_dedupe.cli_coerce import FastCommands
+from stream_dedupe.cli_state import EVENTS_HELP, boilerplate, clusters, expire
 from stream_dedupe.cli_support import (
     check_new_state_dir,
     check_outputs,
     gc_from_here,
     is_state,
     open_existing,
+    open_out,
     start_up_without_gc,
 )
 from stream_dedupe.config import DedupeParams, NormalizationConfig, RuntimeLimits, ShingleSpec
@@ -55,9 +57,6 @@ app = typer.Typer(
 err = stderr_console()  # rich only on a terminal
 
 StateOpt = Annotated[Path, typer.Option("--state", help="State directory (RocksDB); created if missing.")]
-ExistingStateOpt = Annotated[
-    Path, typer.Option("--state", help="State directory written by `stream-dedupe dedupe` (must exist).")
-]
 
 
 def _version(value: bool) -> None:
@@ -94,14 +93,6 @@ def _normalization(strip: list[str] | None, header: list[str] | None, footer: li
     return NormalizationConfig(tuple(strip or ()), tuple(header or ()), tuple(footer or ()))
 
 
-def _open_out(stack: ExitStack, path: str | None, mode: str) -> IO[bytes] | None:
-    if path is None:
-        return None
-    if path == "-":
-        return sys.stdout.buffer
-    return stack.enter_context(open(path, mode))
-
-
 def _directory_bytes(path: Path) -> int:
     """Bytes of the files directly in ``path`` (a RocksDB directory has no subdirectories), 0 if missing."""
     try:
@@ -116,14 +107,13 @@ def _small_run(inputs: list[str], input_bytes: int | None, limit: int) -> bool:
 
 
 _D = DedupeParams()
-_EVENTS_HELP = default_help("Write events as JSONL to this file (- for stdout).", "none")
 
 
 @app.command()
 def dedupe(
     inputs: Annotated[list[str], typer.Argument(help="JSONL inputs (.jsonl, .jsonl.gz), or - for stdin.")],
     state: StateOpt,
-    events: Annotated[str | None, typer.Option(help=_EVENTS_HELP)] = None,
+    events: Annotated[str | None, typer.Option(help=EVENTS_HELP)] = None,
     deduped: Annotated[
         str | None, typer.Option(help=default_help("Write the canonical documents as JSONL to this file.", "none"))
     ] = None,
@@ -249,7 +239,7 @@ def dedupe(
         if progress and jit.enabled():
             warm_kernels(err, engine.params)
         resuming = resume_point(store, inputs, deletions or ()) is not None
-        events_out = _open_out(stack, events, "ab" if resuming else "wb")
+        events_out = open_out(stack, events, "ab" if resuming else "wb")
         reporter = stack.enter_context(ProgressReporter(err, total_bytes(inputs), enabled=progress))
         result = run(
             engine, inputs, events_out, limits.batch_size, limits.max_doc_bytes, reporter.update, deletions or (), pool
@@ -271,26 +261,7 @@ def dedupe(
         raise typer.Exit(1)
 
 
-@app.command()
-def clusters(
-    state: ExistingStateOpt,
-    output: Annotated[str, typer.Option("--output", "-o", help="Write JSONL here (- for stdout).")] = "-",
-    min_size: Annotated[int, typer.Option(help="Smallest cluster to export (1 includes singletons).")] = 2,
-) -> None:
-    """Export clusters as JSONL: {"cluster", "canonical", "size", "members", "representatives", "covered_by"}."""
-    import orjson
-
-    from stream_dedupe.exports import iter_clusters
-
-    check_outputs(output=output)
-    store, _ = open_existing(state)
-    with ExitStack() as stack:
-        stack.callback(store.close)
-        out = _open_out(stack, output, "wb")
-        assert out is not None
-        for cluster in iter_clusters(store, min_size):
-            out.write(orjson.dumps(cluster) + b"\n")
-        out.flush()
+app.command()(clusters)
 
 
 @app.command()
@@ -326,65 +297,8 @@ def explain(
     render(stdout_console(), explain_pair(params, texts[0], texts[1], (a, b)), show)
 
 
-@app.command()
-def expire(
-    state: ExistingStateOpt,
-    max_age: Annotated[list[str], typer.Option(help="SOURCE=AGE, e.g. news=7d (repeatable; =AGE: no source).")],
-    now: Annotated[str | None, typer.Option(help=default_help("Reference time, RFC 3339.", "now"))] = None,
-    events: Annotated[str | None, typer.Option(help=_EVENTS_HELP)] = None,
-    dry_run: Annotated[bool, typer.Option(help="Only list the ids that would expire.")] = False,
-) -> None:
-    """Forget documents older than their source's maximum age (removed like deletions)."""
-    import time
-
-    from stream_dedupe.core.engine import DedupeEngine
-    from stream_dedupe.core.records import parse_timestamp
-    from stream_dedupe.core.retention import RetentionPolicy, expired_ids
-    from stream_dedupe.embedded import expire as expire_documents
-
-    policy = RetentionPolicy.parse(max_age)
-    try:
-        now_us = parse_timestamp(now) if now else int(time.time() * 1_000_000)
-    except ValueError as exc:
-        raise ConfigError(f"--now {now!r} is not RFC 3339 with a time zone (e.g. 2026-12-01T00:00:00Z)") from exc
-    check_outputs(events=events)
-    store, params = open_existing(state)
-    with ExitStack() as stack:
-        stack.callback(store.close)
-        ids = list(expired_ids(store, policy, now_us))
-        if dry_run:
-            sys.stdout.write("".join(f"{doc_id}\n" for doc_id in ids))
-            return
-        engine = DedupeEngine(params, store)
-        counts = expire_documents(engine, ids, _open_out(stack, events, "ab"), 512)
-        err.print(
-            f"expired {len(ids):,} documents; {counts['canonical-changed']:,} canonical changes, "
-            f"{counts['cluster-split']:,} cluster splits"
-        )
-
-
-@app.command()
-def boilerplate(
-    state: ExistingStateOpt,
-    source: Annotated[str | None, typer.Option(help=default_help("Only this source.", "every source"))] = None,
-) -> None:
-    """List the learned boilerplate lines of a state: source, documents seen in, line."""
-    import orjson
-
-    from stream_dedupe.core.boilerplate import learned_lines
-    from stream_dedupe.storage.state import StateView
-
-    store, params = open_existing(state)
-    try:
-        if not params.boilerplate.learn:
-            err.print("boilerplate learning is off for this state (enable it with --learn-boilerplate on a new state)")
-        for line_source, documents, line in learned_lines(StateView(store), params.boilerplate.min_docs):
-            if source is None or source == line_source:
-                sys.stdout.write(
-                    orjson.dumps({"source": line_source, "documents": documents, "line": line}).decode() + "\n"
-                )
-    finally:
-        store.close()
+app.command()(expire)
+app.command()(boilerplate)
 
 
 #: Commands whose modules import heavy dependencies (Faust, aiokafka) at import time are

@@ -6,8 +6,9 @@ import errno
 import gc
 import os
 import sys
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import typer
 from typer.core import TyperGroup
@@ -103,3 +104,12 @@ def open_existing(state: Path) -> tuple[Any, DedupeParams]:
             f"on an error): {hint}, or delete the directory"
         )
     return store, params
+
+
+def open_out(stack: ExitStack, path: str | None, mode: str) -> IO[bytes] | None:
+    """An output file opened on ``stack`` (``-``: standard output; None: no output)."""
+    if path is None:
+        return None
+    if path == "-":
+        return sys.stdout.buffer
+    return stack.enter_context(open(path, mode))

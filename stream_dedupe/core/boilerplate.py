@@ -120,28 +120,69 @@ class BoilerplateLearner:
         return TextLines(ends, keys, words)
 
     def batch_lines(self, docs: Sequence[Document]) -> list[TextLines]:
-        """The lines of every document of a batch: the ASCII texts in one compiled call.
+        """The lines of every document of a batch (what :meth:`text_lines` gives), in one compiled call.
 
-        (:mod:`~stream_dedupe.core.linekeys`; other texts one line at a time, :meth:`text_lines`.)
+        Every ASCII text, and every ASCII line of the other texts, goes to
+        :func:`~stream_dedupe.core.linekeys.batch_line_keys` at once; a line with other characters
+        is formed one at a time (NFKC, Unicode word rules).
         """
-        out: list[TextLines | None] = [None if d.text.isascii() else self.text_lines(d.text, d.source) for d in docs]
-        ascii_docs = [d for d, lines in zip(docs, out, strict=True) if lines is None]
-        if ascii_docs:
-            bounds, ends, kinds, blob = batch_line_keys(
-                [d.text for d in ascii_docs], [d.source or "" for d in ascii_docs], self.config.min_tokens
-            )
-            counted = (kinds == COUNTED).tolist()
-            short = kinds == SHORT
-            all_ends, spans = ends.tolist(), bounds.tolist()
-            fresh = iter(range(len(ascii_docs)))
-            for i, lines in enumerate(out):
-                if lines is not None:
-                    continue
-                d = next(fresh)
-                a, b = spans[d], spans[d + 1]
-                keys = [blob[8 * j : 8 * j + 8] if counted[j] else None for j in range(a, b)]
-                out[i] = TextLines(all_ends[a:b], keys, bool(short[a:b].any()))
-        return [lines for lines in out if lines is not None]
+        segments: list[str] = []
+        sources: list[str] = []
+        plans: list[list[str] | None] = []  # None: an ASCII text, one segment; else its lines
+        for d in docs:
+            source = d.source or ""
+            if d.text.isascii():
+                plans.append(None)
+                segments.append(d.text)
+                sources.append(source)
+                continue
+            lines = d.text.splitlines(keepends=True)
+            plans.append(lines)
+            ascii_lines = [line for line in lines if line.isascii()]
+            segments.extend(ascii_lines)  # one line each: splitlines never ends a line before its break
+            sources.extend([source] * len(ascii_lines))
+        bounds, ends, kinds, blob = batch_line_keys(segments, sources, self.config.min_tokens)
+        counted, short = (kinds == COUNTED).tolist(), (kinds == SHORT).tolist()
+        all_ends, spans = ends.tolist(), bounds.tolist()
+        out: list[TextLines] = []
+        at = 0  # the next segment
+        for d, plan in zip(docs, plans, strict=True):
+            if plan is None:
+                first, last = spans[at], spans[at + 1]
+                at += 1
+                keys = [blob[8 * j : 8 * j + 8] if counted[j] else None for j in range(first, last)]
+                out.append(TextLines(all_ends[first:last], keys, any(short[first:last])))
+                continue
+            out.append(self._mixed_lines(d.source or "", plan, spans[at:], counted, short, blob))
+            at += sum(line.isascii() for line in plan)
+        return out
+
+    def _mixed_lines(
+        self, source: str, lines: list[str], spans: list[int], counted: list[bool], short: list[bool], blob: bytes
+    ) -> TextLines:
+        """A text with non-ASCII lines: its ASCII lines from the batch's segments (from ``spans[0]`` on)."""
+        ends: list[int] = []
+        keys: list[bytes | None] = []
+        words = False
+        end, at = 0, 0
+        min_tokens = self.config.min_tokens
+        for line in lines:
+            end += len(line)
+            ends.append(end)
+            key: bytes | None = None
+            if line.isascii():
+                j = spans[at]
+                at += 1
+                if counted[j]:
+                    key = blob[8 * j : 8 * j + 8]
+                words = words or short[j]
+            else:
+                form = _line_form(line)
+                if form and _has_tokens(form, min_tokens):
+                    key = line_key(source, form)
+                words = words or (key is None and bool(form))
+            keys.append(key)
+        return TextLines(ends, keys, words)
 
     def strip_and_count(
         self, text: str, source: str | None, count: bool = True, doc_id: str = "", lines: TextLines | None = None

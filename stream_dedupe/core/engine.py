@@ -16,6 +16,7 @@ from stream_dedupe.core import events as ev
 from stream_dedupe.core.bandindex import LshIndex
 from stream_dedupe.core.batch import BatchPreparer, Prepared, rebuild_index
 from stream_dedupe.core.boilerplate import BoilerplateLearner
+from stream_dedupe.core.candidates import near_matches
 from stream_dedupe.core.canonical import CanonicalKey
 from stream_dedupe.core.compacted import canonical_updates
 from stream_dedupe.core.cover import CoverChange, StateCoverGraph, later_neighbours, update_cover
@@ -26,7 +27,6 @@ from stream_dedupe.core.records import Deletion, Document, Invalid, Record, pars
 from stream_dedupe.core.sharding.gather import ShardedStore
 from stream_dedupe.core.signer import Signed, Signer
 from stream_dedupe.core.unionfind import ClusterInfo, UnionFind
-from stream_dedupe.core.verify import estimated_jaccard, exact_jaccard
 from stream_dedupe.errors import StateMismatchError
 from stream_dedupe.storage.base import KVStore
 from stream_dedupe.storage.state import DocRecord, StateView
@@ -250,7 +250,7 @@ class DedupeEngine:
         if group:
             matches.append((group[0], 1.0, True))
         elif item.signature is not None:
-            matches = self._near_matches(item)
+            matches = near_matches(item, state, self.lsh, self.params, self.counters)
             indexed = True
         state.put_doc(
             doc.doc_id,
@@ -347,41 +347,6 @@ class DedupeEngine:
         if prior is None:
             return [ev.deleted_event(doc_id, known=False)]
         return [ev.deleted_event(doc_id, known=True), *self._remove(doc_id, prior)]
-
-    def _near_matches(self, item: Prepared) -> list[tuple[str, float, bool]]:
-        doc_id = item.doc.doc_id
-        assert item.band_hashes is not None and item.signature is not None
-        candidates, full = self.lsh.add(doc_id, item.band_hashes)
-        self.counters["hot_bucket_skips"] += full
-        candidates.discard(doc_id)
-        self.counters["candidates"] += len(candidates)
-        matches = []
-        mixed = bool(self.params.source_thresholds)
-        for other in sorted(candidates):
-            threshold = self.params.decision_threshold
-            if mixed or item.title_key is not None:
-                other_record = self.state.doc(other)
-                assert other_record is not None
-                if item.title_key is not None and other_record.title_key not in (None, item.title_key):
-                    self.counters["title_rejections"] += 1
-                    self.counters["rejected_candidates"] += 1
-                    continue
-                threshold = self.params.pair_decision_threshold(item.doc.source, other_record.source)
-            similarity = self._similarity(item, other)
-            if similarity >= threshold:
-                matches.append((other, similarity, False))
-            else:
-                self.counters["rejected_candidates"] += 1
-        return matches
-
-    def _similarity(self, item: Prepared, other: str) -> float:
-        if item.shingle_set is not None:
-            other_set = self.state.shingle_set(other)
-            assert other_set is not None, f"exact mode: no shingle set stored for {other!r}"
-            return exact_jaccard(item.shingle_set, other_set)
-        other_sig = self.state.signature(other)
-        assert other_sig is not None and item.signature is not None
-        return estimated_jaccard(item.signature, other_sig)
 
     def _join(self, doc_id: str, matches: list[tuple[str, float, bool]]) -> list[ev.Event]:
         state, uf = self.state, self.uf

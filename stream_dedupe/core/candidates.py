@@ -1,0 +1,79 @@
+"""A document's verified pairs: its LSH candidates, each checked against its pair's threshold.
+
+LSH may over-return; no candidate becomes a pair unless its similarity (exact Jaccard of the
+stored shingle sets, or the MinHash estimate with ``verify="estimate"``) reaches the threshold of
+the two documents' sources, and, with the title guard, their titles agree. Rejections are counted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from stream_dedupe.config import DedupeParams
+from stream_dedupe.core.bandindex import LshIndex
+from stream_dedupe.core.batch import Prepared
+from stream_dedupe.core.verify import estimated_jaccard, exact_jaccard
+from stream_dedupe.storage.state import StateView
+
+#: ``(other document, similarity, exact)``: a verified pair (``exact``: the same content).
+Match = tuple[str, float, bool]
+
+
+def near_matches(
+    item: Prepared, state: StateView, lsh: LshIndex, params: DedupeParams, counters: Counter[str]
+) -> list[Match]:
+    """Add ``item`` to the band tables and return its verified pairs with the documents already there.
+
+    Args:
+        item: The document, signed and band-hashed.
+        state: The engine's state view (the candidates' records, shingle sets or signatures).
+        lsh: The band tables.
+        params: The thresholds, the title guard.
+        counters: The engine's counters (candidates, rejections, hot-bucket skips).
+
+    """
+    doc_id = item.doc.doc_id
+    assert item.band_hashes is not None and item.signature is not None
+    candidates, full = lsh.add(doc_id, item.band_hashes)
+    counters["hot_bucket_skips"] += full
+    candidates.discard(doc_id)
+    counters["candidates"] += len(candidates)
+    return verify_candidates(item, candidates, state, params, counters)
+
+
+def verify_candidates(
+    item: Prepared, candidates: set[str], state: StateView, params: DedupeParams, counters: Counter[str]
+) -> list[Match]:
+    """The candidates (in id order) whose similarity with ``item`` reaches their pair's threshold.
+
+    The engine's decisions and the read-only query (:mod:`stream_dedupe.api_query`) both verify here.
+    """
+    matches: list[Match] = []
+    mixed = bool(params.source_thresholds)
+    for other in sorted(candidates):
+        threshold = params.decision_threshold
+        if mixed or item.title_key is not None:
+            other_record = state.doc(other)
+            assert other_record is not None, f"LSH candidate {other!r} has no record in the state"
+            if item.title_key is not None and other_record.title_key not in (None, item.title_key):
+                counters["title_rejections"] += 1
+                counters["rejected_candidates"] += 1
+                continue
+            threshold = params.pair_decision_threshold(item.doc.source, other_record.source)
+        similarity = similarity_to(item, other, state)
+        if similarity >= threshold:
+            matches.append((other, similarity, False))
+        else:
+            counters["rejected_candidates"] += 1
+    return matches
+
+
+def similarity_to(item: Prepared, other: str, state: StateView) -> float:
+    """Jaccard of ``item`` and a document in the state: exact when ``item`` has its shingle set, else estimated."""
+    if item.shingle_set is not None:
+        other_set = state.shingle_set(other)
+        assert other_set is not None, f"exact mode: no shingle set stored for {other!r}"
+        return exact_jaccard(item.shingle_set, other_set)
+    other_sig = state.signature(other)
+    assert other_sig is not None and item.signature is not None
+    return estimated_jaccard(item.signature, other_sig)
