@@ -7,14 +7,13 @@ field ``name`` maps to the variable ``STREAM_DEDUPE_<NAME>`` (upper case), e.g. 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from stream_dedupe.config import BoilerplateConfig, DedupeParams, RuntimeLimits, ShingleSpec
+from stream_dedupe.config import DedupeParams, RuntimeLimits, ShingleSpec
 from stream_dedupe.core.records import ParseLimits
 from stream_dedupe.worker.errors import WorkerConfigError
 from stream_dedupe.worker.query_config import check_query, parse_bind
@@ -340,35 +339,15 @@ class WorkerSettings:
 
     def explicit_params(self) -> dict[str, Any]:
         """The index parameters given explicitly (to merge with those stored in the state)."""
-        given: dict[str, Any] = {"threshold": self.threshold, "num_perm": self.num_perm}
-        if self.shingle is not None:
-            given["shingle"] = ShingleSpec.parse(self.shingle)
-        if self.boilerplate_min_docs is not None:
-            learn = self.boilerplate_min_docs > 0
-            min_docs = self.boilerplate_min_docs
-            given["boilerplate"] = BoilerplateConfig(True, min_docs) if learn else BoilerplateConfig(False)
-        if self.source_thresholds:
-            from stream_dedupe.options import source_thresholds
+        from stream_dedupe.worker.engine_params import explicit_params
 
-            given["source_thresholds"] = source_thresholds([p for p in self.source_thresholds.split(",") if p])
-        if self.title_guard is not None:
-            given["title_guard"] = self.title_guard == "on"
-        given["verify"] = self.verify
-        return {k: v for k, v in given.items() if v is not None}
+        return explicit_params(self)
 
     def params(self, stored: DedupeParams | None) -> DedupeParams:
-        """Parameters for the engine: explicit settings over the stored ones over the defaults.
+        """Parameters for the engine: explicit settings over the stored ones over the defaults."""
+        from stream_dedupe.worker.engine_params import engine_params
 
-        Same rule as the embedded command: an explicit threshold or num_perm re-derives the LSH
-        bands. The engine then refuses a state built with different parameters.
-        """
-        base = stored or DedupeParams()
-        explicit = self.explicit_params()
-        values = {f.name: getattr(base, f.name) for f in dataclasses.fields(DedupeParams)}
-        if explicit.keys() & {"threshold", "num_perm", "source_thresholds"}:
-            values.update(bands=0, rows=0)
-        values.update(explicit)
-        return DedupeParams(**values)
+        return engine_params(self, stored)
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None, **flags: Any) -> WorkerSettings:

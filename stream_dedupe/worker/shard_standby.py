@@ -60,7 +60,7 @@ async def describe_shard_owners(settings: WorkerSettings) -> tuple[list[str], di
     """
     from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment  # type: ignore[import-untyped]
 
-    from stream_dedupe.worker.topics import connect_admin
+    from stream_dedupe.worker.admin import connect_admin
 
     admin = await connect_admin(settings.bootstrap, 10, settings=settings)
     try:

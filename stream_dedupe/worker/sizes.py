@@ -100,7 +100,7 @@ async def read_topic_limits(settings: WorkerSettings) -> TopicLimits:
     """Read ``max.message.bytes`` of the worker's topics (and the broker default) with the admin client."""
     from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType  # type: ignore[import-untyped]
 
-    from stream_dedupe.worker.topics import connect_admin
+    from stream_dedupe.worker.admin import connect_admin
 
     topics = [settings.index_topic, settings.events_topic, settings.deduped_topic, settings.dlq_topic]
     topics += list(changelog_topics(settings).values())

@@ -18,11 +18,11 @@ from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # type: ignore[import-untyped]
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType  # type: ignore[import-untyped]
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError  # type: ignore[import-untyped]
+from aiokafka.errors import TopicAlreadyExistsError  # type: ignore[import-untyped]
 
 from stream_dedupe.storage.base import NAMESPACES
-from stream_dedupe.worker.errors import BrokerUnavailableError, TopicLayoutError
-from stream_dedupe.worker.security import client_security, diagnose, dropped_error
+from stream_dedupe.worker.admin import close_quietly, connect_admin
+from stream_dedupe.worker.errors import TopicLayoutError
 from stream_dedupe.worker.settings import WorkerSettings
 
 log = logging.getLogger("stream_dedupe.worker.topics")
@@ -40,8 +40,6 @@ INDEX_RETENTION_MS = 7 * DAY_MS
 INDEX_RETENTION_FLOOR_MS = HOUR_MS
 #: Room for the headers (signature, origin) and the JSON envelope on top of a document.
 RECORD_OVERHEAD = 64 << 10
-#: Handshakes in a row cut off by a listening broker before :func:`connect_admin` gives up.
-DROPPED_LIMIT = 3
 
 
 @dataclass(frozen=True)
@@ -133,76 +131,6 @@ def shard_changelog_topic(settings: WorkerSettings, namespace: str) -> str:
 def changelog_topic(settings: WorkerSettings, namespace: str) -> str:
     """The changelog topic of a state table, as Faust names it (``<app_id>-state-<ns>-changelog``)."""
     return f"{settings.app_id}-state-{namespace}-changelog"
-
-
-async def connect_admin(
-    bootstrap: str, wait: float | None, retry: float = 2.0, settings: WorkerSettings | None = None
-) -> AIOKafkaAdminClient:
-    """A started admin client; retries (logging each attempt) while the broker is unreachable.
-
-    An authentication or TLS failure is not "unreachable": it stops the wait at once (see
-    :func:`~stream_dedupe.worker.security.diagnose`).
-
-    Args:
-        bootstrap: ``host:port[,host:port]``.
-        wait: Give up after this many seconds (None: wait forever).
-        retry: Seconds between attempts.
-        settings: Security settings of the client (None: PLAINTEXT).
-
-    Raises:
-        BrokerUnavailableError: if ``wait`` passed without reaching the broker.
-        BrokerAuthError: if the broker rejects the credentials or the TLS setup, or keeps closing
-            the connection during the handshake.
-
-    """
-    deadline = None if wait is None else time.monotonic() + wait
-    security = client_security(settings) if settings is not None else {}
-    attempt = dropped = 0
-    while True:
-        attempt += 1
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000, **security)
-        try:
-            await admin.start()
-            if attempt > 1:
-                log.warning("connected to Kafka broker %s after %d attempts", bootstrap, attempt)
-            return admin
-        except (KafkaError, OSError) as exc:
-            await _close_quietly(admin)
-            cut_off = await diagnose(bootstrap, security)  # raises BrokerAuthError when retrying cannot help
-            dropped = dropped + 1 if cut_off else 0
-            if cut_off and dropped >= DROPPED_LIMIT:
-                raise dropped_error(
-                    bootstrap, security.get("security_protocol", "PLAINTEXT"), cut_off, dropped
-                ) from exc
-            if deadline is not None and time.monotonic() + retry > deadline:
-                raise BrokerUnavailableError(
-                    f"cannot reach the Kafka broker at {bootstrap} ({exc!r}) after {attempt} attempts: start the "
-                    "broker, or point STREAM_DEDUPE_BROKER / --broker at a running one"
-                ) from exc
-            if cut_off:
-                log.warning(
-                    "%s; retrying in %.0fs (attempt %d) - check STREAM_DEDUPE_SECURITY_PROTOCOL",
-                    cut_off,
-                    retry,
-                    attempt,
-                )
-            else:
-                log.warning(
-                    "Kafka broker %s not reachable (%s); retrying in %.0fs (attempt %d) - start the broker or fix "
-                    "STREAM_DEDUPE_BROKER",
-                    bootstrap,
-                    type(exc).__name__,
-                    retry,
-                    attempt,
-                )
-            await asyncio.sleep(retry)
-
-
-async def _close_quietly(admin: AIOKafkaAdminClient) -> None:
-    try:
-        await admin.close()
-    except Exception:
-        log.debug("admin close failed", exc_info=True)
 
 
 async def partition_counts(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
@@ -390,7 +318,7 @@ async def prepare_worker_topics(settings: WorkerSettings, wait: float | None = N
     try:
         return await ensure_topics(admin, worker_topics(settings))
     finally:
-        await _close_quietly(admin)
+        await close_quietly(admin)
 
 
 async def prepare_input_topic(
@@ -408,4 +336,4 @@ async def prepare_input_topic(
     try:
         return bool(await ensure_topics(admin, [TopicSpec(topic, partitions, config, replication_factor=rf)]))
     finally:
-        await _close_quietly(admin)
+        await close_quietly(admin)

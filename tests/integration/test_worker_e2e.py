@@ -70,7 +70,8 @@ def decision_order(events: list[dict[str, Any]], raw_by_id: dict[str, bytes]) ->
 
 
 async def _configs(bootstrap: str, names: list[str]) -> dict[str, dict[str, str]]:
-    from stream_dedupe.worker.topics import connect_admin, topic_configs
+    from stream_dedupe.worker.admin import connect_admin
+    from stream_dedupe.worker.topics import topic_configs
 
     admin = await connect_admin(bootstrap, 10)
     try:
