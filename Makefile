@@ -50,6 +50,8 @@ bench: $(STAMP)
 
 ## bench-peers: stream-dedupe beside rensa, datasketch and datatrove (its own venv), fresh processes, interleaved rounds (BENCHMARKS.md)
 DATATROVE_VENV := bench/out/datatrove-venv
+#: A real corpus (mail and forum text) for a second run, when the shared data is beside the repo.
+NEWSGROUPS ?= ../shared/data/20newsgroups_bydate.jsonl.gz
 bench-peers: $(STAMP)
 	$(BIN)/pip install -q -e '.[bench]'
 	@test -x $(DATATROVE_VENV)/bin/python || { $(PYTHON) -m venv $(DATATROVE_VENV) && \
@@ -57,6 +59,8 @@ bench-peers: $(STAMP)
 	    { echo "datatrove did not install: it is left out"; rm -rf $(DATATROVE_VENV); }
 	$(BIN)/python bench/bench_peers.py --docs 20000 --rounds 3 --json bench/out/peers.json \
 	    $$(test -x $(DATATROVE_VENV)/bin/python && echo --datatrove-python $(DATATROVE_VENV)/bin/python)
+	@test ! -f $(NEWSGROUPS) || $(BIN)/python bench/bench_peers.py --rounds 3 --corpus $(NEWSGROUPS) \
+	    --json bench/out/peers-newsgroups.json
 
 ## bench-worker: end to end through a real broker, beside the embedded engine (starts its own broker)
 bench-worker: $(STAMP)

@@ -230,7 +230,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument(
-        "--corpus", type=Path, help="a JSONL corpus (.jsonl or .jsonl.gz) instead of bench/synth.py: its first --docs lines"
+        "--corpus", type=Path, help="a JSONL corpus (.jsonl, .jsonl.gz) instead of synth.py: its first --docs lines"
     )
     parser.add_argument("--datatrove-python", help="python of a virtualenv with datatrove: also run it")
     parser.add_argument("--peer", nargs=3, metavar=("NAME", "INPUT", "OUTPUT"), help=argparse.SUPPRESS)
