@@ -62,6 +62,18 @@ def _le64(buf: np.ndarray, at: int, count: int) -> np.uint64:  # pragma: no cove
     return k
 
 
+@njit(cache=True, inline="always")
+def _k1(k: np.uint64) -> np.uint64:  # pragma: no cover - jit
+    """The first lane's block mix: ``rotl(k * c1, 31) * c2``."""
+    return _rotl64(k * _C1, 31) * _C2
+
+
+@njit(cache=True, inline="always")
+def _k2(k: np.uint64) -> np.uint64:  # pragma: no cover - jit
+    """The second lane's block mix: ``rotl(k * c2, 33) * c1``."""
+    return _rotl64(k * _C2, 33) * _C1
+
+
 @njit(cache=True)
 def murmur3_x64_h1(buf: np.ndarray, n: int) -> np.uint64:  # pragma: no cover - jit
     """The first 64 bits of MurmurHash3 x64_128 (seed 0) of ``buf[:n]``: ``mmh3.hash_bytes(...)[:8]``, little-endian."""
@@ -69,36 +81,16 @@ def murmur3_x64_h1(buf: np.ndarray, n: int) -> np.uint64:  # pragma: no cover - 
     h2 = np.uint64(0)
     blocks = n // 16
     for i in range(blocks):
-        k1 = _le64(buf, 16 * i, 8)
-        k2 = _le64(buf, 16 * i + 8, 8)
-        k1 *= _C1
-        k1 = _rotl64(k1, 31)
-        k1 *= _C2
-        h1 ^= k1
-        h1 = _rotl64(h1, 27)
-        h1 += h2
-        h1 = h1 * _FIVE + _N1
-        k2 *= _C2
-        k2 = _rotl64(k2, 33)
-        k2 *= _C1
-        h2 ^= k2
-        h2 = _rotl64(h2, 31)
-        h2 += h1
-        h2 = h2 * _FIVE + _N2
+        h1 ^= _k1(_le64(buf, 16 * i, 8))
+        h1 = (_rotl64(h1, 27) + h2) * _FIVE + _N1
+        h2 ^= _k2(_le64(buf, 16 * i + 8, 8))
+        h2 = (_rotl64(h2, 31) + h1) * _FIVE + _N2
     tail = n - 16 * blocks
     at = 16 * blocks
     if tail > 8:
-        k2 = _le64(buf, at + 8, tail - 8)
-        k2 *= _C2
-        k2 = _rotl64(k2, 33)
-        k2 *= _C1
-        h2 ^= k2
+        h2 ^= _k2(_le64(buf, at + 8, tail - 8))
     if tail > 0:
-        k1 = _le64(buf, at, min(tail, 8))
-        k1 *= _C1
-        k1 = _rotl64(k1, 31)
-        k1 *= _C2
-        h1 ^= k1
+        h1 ^= _k1(_le64(buf, at, min(tail, 8)))
     h1 ^= np.uint64(n)
     h2 ^= np.uint64(n)
     h1 += h2
