@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stream_dedupe.config import BoilerplateConfig
-from stream_dedupe.core import jit, lineform, linekeys
+from stream_dedupe.core import jit, linekeys
 from stream_dedupe.core.boilerplate import (
     NAMESPACE,
     BoilerplateLearner,
@@ -75,23 +75,12 @@ def test_compiled_line_keys_equal_the_pure_twin(compiled: None, min_tokens: int)
     rng = random.Random(min_tokens)
     texts = ["", "\n", "\r\n", "a", "a\r", "a\r\nb", "\n\n", "x" * 5000] + [random_text(rng, POOL) for _ in range(300)]
     sources = [rng.choice(["", "wiki", "\u00fcn\u00ef", "a\0b"]) for _ in texts]
-    data_args = _kernel_args(texts, sources)
+    data_args = linekeys.kernel_inputs(texts, sources)
     compiled_out = linekeys.line_keys(*data_args, min_tokens)
     pure_out = linekeys._line_keys_pure(*data_args, min_tokens)
     for got, want in zip(compiled_out, pure_out, strict=True):
         assert got.dtype == want.dtype
         assert np.array_equal(got, want)
-
-
-def _kernel_args(
-    texts: list[str], sources: list[str]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    encoded = [t.encode("ascii") for t in texts]
-    prefixes = [s.encode() + b"\0" for s in sources]
-    bounds = np.concatenate([[0], np.cumsum([len(b) for b in encoded])]).astype(np.int64)
-    prefix_bounds = np.concatenate([[0], np.cumsum([len(p) for p in prefixes])]).astype(np.int64)
-    data = np.frombuffer(b"".join(encoded) or b"\0", dtype=np.uint8)
-    return data, bounds, np.frombuffer(b"".join(prefixes), dtype=np.uint8), prefix_bounds, lineform._TABLE
 
 
 def oracle_lines(text: str, source: str, min_tokens: int) -> list[tuple[str, str, bytes | None]]:
@@ -114,12 +103,11 @@ def test_batch_lines_follow_the_per_line_definition(compiled: None, mode: str, m
         Document(f"d{i}", random_text(rng, POOL, non_ascii=i % 5 == 0), None, rng.choice([None, "s", "\u00e9"]), b"{}")
         for i in range(200)
     ]
-    for d, lines in zip(docs, learner.batch_lines(docs), strict=True):
+    for d, lines in zip(docs, learner.batch_lines([d.text for d in docs], [d.source for d in docs]), strict=True):
         want = oracle_lines(d.text, d.source or "", 3)
         assert lines.keys == [k for _, _, k in want], d.text
         assert lines.ends == list(np.cumsum([len(line) for line, _, _ in want])), d.text
         assert lines.words == any(k is None and form for _, form, k in want)
-        assert lines == learner.text_lines(d.text, d.source)
 
 
 class OracleLearner:
@@ -183,7 +171,7 @@ def test_strip_and_count_equals_the_per_line_learner(compiled: None, seed: int) 
             )
             for i in range(40)
         ]
-        for d, lines in zip(docs, learner.batch_lines(docs), strict=True):
+        for d, lines in zip(docs, learner.batch_lines([d.text for d in docs], [d.source for d in docs]), strict=True):
             count = rng.random() < 0.9
             got = learner.strip_and_count(d.text, d.source, count, d.doc_id, lines)
             assert got == oracle.strip_and_count(d.text, d.source, count, d.doc_id)

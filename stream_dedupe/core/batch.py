@@ -166,7 +166,7 @@ class BatchPreparer:
         assert self.boilerplate is not None
         state, learner = self.state, self.boilerplate
         state.prefetch("docs", [d.doc_id.encode("utf-8") for d in docs])
-        forms = learner.batch_lines(docs)
+        forms = learner.batch_lines([d.text for d in docs], [d.source for d in docs])
         state.prefetch(BOILERPLATE, [key for lines in forms for key in lines.keys if key is not None])
         counted: set[str] = set()
         start = learner.stripped_lines

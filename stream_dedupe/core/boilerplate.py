@@ -31,7 +31,6 @@ import orjson
 from stream_dedupe.config import BoilerplateConfig
 from stream_dedupe.core.lineform import ascii_form
 from stream_dedupe.core.linekeys import COUNTED, SHORT, batch_line_keys
-from stream_dedupe.core.records import Document
 from stream_dedupe.storage.state import StateView, dumps
 
 _NON_WORD = re.compile(r"[\W_]+")
@@ -100,71 +99,59 @@ class BoilerplateLearner:
             if orjson.loads(raw)[0] >= config.min_docs:
                 self.learned.add(key)
 
-    def text_lines(self, text: str, source: str | None) -> TextLines:
-        """The lines of one text, one at a time in Python (any text; :meth:`batch_lines` is the fast way)."""
-        source = source or ""
-        ends: list[int] = []
-        keys: list[bytes | None] = []
-        words = False
-        end = 0
-        min_tokens = self.config.min_tokens
-        for line in text.splitlines(keepends=True):
-            end += len(line)
-            ends.append(end)
-            form = _line_form(line)
-            if form and _has_tokens(form, min_tokens):
-                keys.append(line_key(source, form))
-            else:
-                keys.append(None)
-                words = words or bool(form)
-        return TextLines(ends, keys, words)
-
-    def batch_lines(self, docs: Sequence[Document]) -> list[TextLines]:
-        """The lines of every document of a batch (what :meth:`text_lines` gives), in one compiled call.
+    def batch_lines(self, texts: Sequence[str], sources: Sequence[str | None]) -> list[TextLines]:
+        """The lines of every text of a batch (``sources``: each text's), in one compiled call.
 
         Every ASCII text, and every ASCII line of the other texts, goes to
         :func:`~stream_dedupe.core.linekeys.batch_line_keys` at once; a line with other characters
         is formed one at a time (NFKC, Unicode word rules).
         """
         segments: list[str] = []
-        sources: list[str] = []
+        segment_sources: list[str] = []
         plans: list[list[str] | None] = []  # None: an ASCII text, one segment; else its lines
-        for d in docs:
-            source = d.source or ""
-            if d.text.isascii():
+        for text, given in zip(texts, sources, strict=True):
+            source = given or ""
+            if text.isascii():
                 plans.append(None)
-                segments.append(d.text)
-                sources.append(source)
+                segments.append(text)
+                segment_sources.append(source)
                 continue
-            lines = d.text.splitlines(keepends=True)
+            lines = text.splitlines(keepends=True)
             plans.append(lines)
             ascii_lines = [line for line in lines if line.isascii()]
             segments.extend(ascii_lines)  # one line each: splitlines never ends a line before its break
-            sources.extend([source] * len(ascii_lines))
-        bounds, ends, kinds, blob = batch_line_keys(segments, sources, self.config.min_tokens)
+            segment_sources.extend([source] * len(ascii_lines))
+        bounds, ends, kinds, blob = batch_line_keys(segments, segment_sources, self.config.min_tokens)
         counted, short = (kinds == COUNTED).tolist(), (kinds == SHORT).tolist()
         all_ends, spans = ends.tolist(), bounds.tolist()
         out: list[TextLines] = []
         at = 0  # the next segment
-        for d, plan in zip(docs, plans, strict=True):
+        for given, plan in zip(sources, plans, strict=True):
             if plan is None:
                 first, last = spans[at], spans[at + 1]
                 at += 1
                 keys = [blob[8 * j : 8 * j + 8] if counted[j] else None for j in range(first, last)]
                 out.append(TextLines(all_ends[first:last], keys, any(short[first:last])))
                 continue
-            out.append(self._mixed_lines(d.source or "", plan, spans[at:], counted, short, blob))
-            at += sum(line.isascii() for line in plan)
+            mixed, at = self._mixed_lines(given or "", plan, spans, at, counted, short, blob)
+            out.append(mixed)
         return out
 
     def _mixed_lines(
-        self, source: str, lines: list[str], spans: list[int], counted: list[bool], short: list[bool], blob: bytes
-    ) -> TextLines:
-        """A text with non-ASCII lines: its ASCII lines from the batch's segments (from ``spans[0]`` on)."""
+        self,
+        source: str,
+        lines: list[str],
+        spans: list[int],
+        at: int,
+        counted: list[bool],
+        short: list[bool],
+        blob: bytes,
+    ) -> tuple[TextLines, int]:
+        """A text with non-ASCII lines (its ASCII ones: the segments from ``at`` on); and the next segment."""
         ends: list[int] = []
         keys: list[bytes | None] = []
         words = False
-        end, at = 0, 0
+        end = 0
         min_tokens = self.config.min_tokens
         for line in lines:
             end += len(line)
@@ -182,7 +169,7 @@ class BoilerplateLearner:
                     key = line_key(source, form)
                 words = words or (key is None and bool(form))
             keys.append(key)
-        return TextLines(ends, keys, words)
+        return TextLines(ends, keys, words), at
 
     def strip_and_count(
         self, text: str, source: str | None, count: bool = True, doc_id: str = "", lines: TextLines | None = None
@@ -198,12 +185,12 @@ class BoilerplateLearner:
             count: False for a document already counted (a re-crawl of a known id), so that
                 re-crawling one page never turns its own lines into boilerplate.
             doc_id: The document, remembered as a carrier of its lines until they are learned.
-            lines: ``text_lines(text, source)`` when already computed (a batch computes them
-                together with :meth:`batch_lines`, and reads their counts with one multi-get).
+            lines: The text's :meth:`batch_lines` when already computed (a batch computes them
+                together, and reads their counts with one multi-get).
 
         """
         source = source or ""
-        lines = self.text_lines(text, source) if lines is None else lines
+        lines = self.batch_lines([text], [source])[0] if lines is None else lines
         learned, keys = self.learned, lines.keys
         if learned.isdisjoint(keys):  # the common case: nothing to strip
             if count:

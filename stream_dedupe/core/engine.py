@@ -174,7 +174,9 @@ class DedupeEngine:
         learner = self.boilerplate
         texts = [
             learner.strip_and_count(d.text, d.source, False, lines=lines)
-            for d, lines in zip(docs, learner.batch_lines(docs), strict=True)
+            for d, lines in zip(
+                docs, learner.batch_lines([d.text for d in docs], [d.source for d in docs]), strict=True
+            )
         ]
         events: list[ev.Event] = []
         kept = {key: self.counters[key] for key in _DOCUMENT_COUNTERS}

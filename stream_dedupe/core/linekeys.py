@@ -240,6 +240,21 @@ def line_keys(
     return line_bounds, ends, kinds, keys
 
 
+def kernel_inputs(
+    texts: list[str], sources: list[str]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The first five arguments of :func:`line_keys` for ASCII ``texts`` and their sources."""
+    encoded = [t.encode("ascii") for t in texts]
+    prefixes = [s.encode("utf-8") + b"\0" for s in sources]
+    doc_bounds = np.zeros(len(texts) + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in encoded], out=doc_bounds[1:])
+    prefix_bounds = np.zeros(len(texts) + 1, dtype=np.int64)
+    np.cumsum([len(p) for p in prefixes], out=prefix_bounds[1:])
+    data = np.frombuffer(b"".join(encoded) or b"\0", dtype=np.uint8)
+    prefix_data = np.frombuffer(b"".join(prefixes), dtype=np.uint8)
+    return data, doc_bounds, prefix_data, prefix_bounds, _TABLE
+
+
 def batch_line_keys(
     texts: list[str], sources: list[str], min_tokens: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, bytes]:
@@ -251,13 +266,5 @@ def batch_line_keys(
         min_tokens: Words a line needs to be counted.
 
     """
-    encoded = [t.encode("ascii") for t in texts]
-    prefixes = [s.encode("utf-8") + b"\0" for s in sources]
-    doc_bounds = np.zeros(len(texts) + 1, dtype=np.int64)
-    np.cumsum([len(b) for b in encoded], out=doc_bounds[1:])
-    prefix_bounds = np.zeros(len(texts) + 1, dtype=np.int64)
-    np.cumsum([len(p) for p in prefixes], out=prefix_bounds[1:])
-    data = np.frombuffer(b"".join(encoded) or b"\0", dtype=np.uint8)
-    prefix_data = np.frombuffer(b"".join(prefixes), dtype=np.uint8)
-    line_bounds, ends, kinds, keys = line_keys(data, doc_bounds, prefix_data, prefix_bounds, _TABLE, min_tokens)
+    line_bounds, ends, kinds, keys = line_keys(*kernel_inputs(texts, sources), min_tokens)
     return line_bounds, ends, kinds, keys.astype("<u8", copy=False).tobytes()

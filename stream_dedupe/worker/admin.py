@@ -17,7 +17,7 @@ from stream_dedupe.worker.errors import BrokerUnavailableError
 from stream_dedupe.worker.security import client_security, diagnose, dropped_error
 from stream_dedupe.worker.settings import WorkerSettings
 
-log = logging.getLogger("stream_dedupe.worker.topics")
+log = logging.getLogger("stream_dedupe.worker.topics")  # the name it logged under before it moved here
 
 #: Handshakes in a row cut off by a listening broker before :func:`connect_admin` gives up.
 DROPPED_LIMIT = 3
