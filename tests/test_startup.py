@@ -284,3 +284,36 @@ def test_stderr_console_is_rich_only_on_a_terminal(monkeypatch: pytest.MonkeyPat
     assert not isinstance(stderr_console(), PlainConsole) and stderr_console().is_terminal
     monkeypatch.setenv("TTY_COMPATIBLE", "0")
     assert isinstance(stderr_console(), PlainConsole)
+
+
+LINE_PASS = """
+import sys, orjson
+import stream_dedupe.core.boilerplate as boilerplate
+from stream_dedupe.config import DedupeParams
+from stream_dedupe.core import jit
+from stream_dedupe.core.engine import DedupeEngine
+from stream_dedupe.core.records import parse_document
+from stream_dedupe.storage.memory import MemoryStore
+
+compiled = []
+line_keys = boilerplate.batch_line_keys
+def spy(*args):
+    compiled.append(jit.enabled())
+    return line_keys(*args)
+boilerplate.batch_line_keys = spy
+engine = DedupeEngine(DedupeParams(), MemoryStore())
+text = "a post number {}\\nwith a few lines\\nsent from my desk"
+docs = [orjson.dumps({"id": str(i), "text": text.format(i)}) for i in range(int(sys.argv[1]))]
+engine.process([parse_document(raw, 1 << 20) for raw in docs])
+print(orjson.dumps(compiled).decode())
+"""
+
+
+@pytest.mark.parametrize(("docs", "compiled"), [(64, True), (3, False)])
+def test_a_big_first_batch_learns_its_lines_compiled(docs: int, compiled: bool) -> None:
+    # A batch is split into lines before it is signed: its size must choose numba for that pass too
+    # (the pure twin of the line kernel took ~2 s on a first batch of 512 mail posts).
+    env = {k: v for k, v in os.environ.items() if k != "STREAM_DEDUPE_JIT"}
+    result = subprocess.run([sys.executable, "-c", LINE_PASS, str(docs)], capture_output=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr.decode()
+    assert orjson.loads(result.stdout.splitlines()[-1]) == [compiled]

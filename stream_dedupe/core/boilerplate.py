@@ -29,6 +29,7 @@ import mmh3
 import orjson
 
 from stream_dedupe.config import BoilerplateConfig
+from stream_dedupe.core import jit
 from stream_dedupe.core.lineform import ascii_form
 from stream_dedupe.core.linekeys import COUNTED, SHORT, batch_line_keys
 from stream_dedupe.storage.state import StateView, dumps
@@ -121,6 +122,7 @@ class BoilerplateLearner:
             ascii_lines = [line for line in lines if line.isascii()]
             segments.extend(ascii_lines)  # one line each: splitlines never ends a line before its break
             segment_sources.extend([source] * len(ascii_lines))
+        jit.note_batch(len(texts))  # the batch is signed next: numba now, not the pure twin for this one
         bounds, ends, kinds, blob = batch_line_keys(segments, segment_sources, self.config.min_tokens)
         counted, short = (kinds == COUNTED).tolist(), (kinds == SHORT).tolist()
         all_ends, spans = ends.tolist(), bounds.tolist()
