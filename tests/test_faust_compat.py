@@ -260,3 +260,12 @@ def test_zstd_level_reaches_both_record_batch_builders() -> None:
         assert codec.zstd_decode(codec.zstd_encode(b"x" * 1000)) == b"x" * 1000
     finally:
         faust_compat.set_zstd_level(3)
+
+
+def test_the_decider_store_opens_every_table_before_its_first_batch(tables: dict[str, Any], tmp_path: Path) -> None:
+    from stream_dedupe.worker.store import FaustTableStore
+
+    store = FaustTableStore(tables, tmp_path / "journal", namespaces=tuple(tables))
+    canary(not any(t.data._dbs for t in tables.values()), "faust.stores.rocksdb.Store._dbs", "opened before first use")
+    store.open_tables()
+    assert all(0 in t.data._dbs for t in tables.values())

@@ -297,6 +297,7 @@ async def _ensure_engine(app: faust.App, rt: Runtime, event: Any) -> None:
             # event loop, so /healthz and /metrics keep answering (a liveness probe must not kill
             # a worker that is taking over).
             engine_on = await engine_store(rt, _new_consumer)  # with index shards: over them
+            await asyncio.get_running_loop().run_in_executor(None, store.open_tables)
             engine = await asyncio.get_running_loop().run_in_executor(
                 None, DedupeEngine, params, engine_on, rt.settings.limits()
             )

@@ -163,6 +163,16 @@ class FaustTableStore:
             return []
         return list(self._db(namespace).get(list(keys)))  # one multi-get on the RocksDB store
 
+    def open_tables(self) -> None:
+        """Open every table's local RocksDB now, before the worker reports ready.
+
+        Faust opens a table's database at its first read or write, ~30-45 ms each on the event
+        loop: a fresh or taking-over worker's first batches waited for seven of them (measured
+        at 1,000 documents/s: their records' latency went to 200-370 ms for about a second).
+        """
+        for namespace in self._tables:
+            self._db(namespace)
+
     def _db(self, namespace: str) -> Any:
         """The ``rocksdict.Rdict`` of the table's only partition (partition 0).
 
