@@ -42,6 +42,7 @@ test: $(STAMP) tools lint
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .  # code and the README's and docs' Python examples
 	$(BIN)/mypy
 
 ## bench: embedded engine beside datasketch on the same documents (see BENCHMARKS.md)
