@@ -22,6 +22,7 @@ a main process that dies takes its workers with it.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
@@ -131,6 +132,30 @@ def _sign(params: DedupeParams, texts: list[str]) -> list[bytes]:
     return [signer.encode(s) for s in signer.sign(texts)]
 
 
+#: How often a wait for a signing worker checks that the worker is still alive.
+LIVENESS_SECONDS = 0.5
+
+
+def _gone(pid: int) -> bool:
+    """True if process ``pid`` has exited (a zombie not yet reaped counts as gone)."""
+    if _PROC:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as stat:
+                return stat.read().rpartition(b")")[2].split()[0] in (b"Z", b"X")
+        except OSError:
+            return True
+    try:  # no /proc: a signal 0 tells a process that is gone (a zombie still answers it)
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+_PROC = os.path.isdir("/proc/self")
+
+
 class SignPool:
     """Worker processes that sign batches of texts, results in submission order.
 
@@ -173,20 +198,27 @@ class SignPool:
         except BrokenProcessPool as exc:
             raise SignPoolError(_DIED) from exc
 
-    @staticmethod
-    def result(signer: Signer, future: Future[list[bytes]]) -> list[Signed | None]:
+    def result(self, signer: Signer, future: Future[list[bytes]]) -> list[Signed | None]:
         """The records of a submitted batch (None for any the signer does not accept).
 
         Raises:
             SignPoolError: if the worker died or failed.
 
         """
+        from concurrent.futures import TimeoutError as FutureTimeout
         from concurrent.futures.process import BrokenProcessPool
 
         try:
-            blobs = future.result()
+            while True:
+                try:
+                    blobs = future.result(timeout=LIVENESS_SECONDS)
+                    break
+                except FutureTimeout:
+                    self.check()
         except BrokenProcessPool as exc:
             raise SignPoolError(_DIED) from exc
+        except SignPoolError:
+            raise
         except Exception as exc:
             raise SignPoolError(
                 f"a signing worker process failed: {exc!r}; run the same command again to resume, "
@@ -194,8 +226,41 @@ class SignPool:
             ) from exc
         return [signer.decode(blob) for blob in blobs]
 
+    def check(self) -> None:
+        """Raise if a worker process is gone, whether or not the executor has noticed.
+
+        ``ProcessPoolExecutor`` learns of a dead worker from its result pipe and the process
+        sentinels; a worker killed while it was writing a result leaves a partial message, and
+        the executor's thread then waits for the rest of it forever: its futures never finish
+        (seen in CI: a kill -9 of the worker's signing process under load stalled the stream).
+
+        Raises:
+            SignPoolError: if a worker has died.
+
+        """
+        if any(_gone(pid) for pid in self.pids):
+            raise SignPoolError(_DIED)
+
+    def abandon(self) -> None:
+        """Drop a pool whose worker died: kill the others, free the executor's thread, do not wait."""
+        for pid in self.pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        # The executor's thread may be blocked reading the rest of a dead worker's result; with
+        # every writer of the result pipe closed its read ends, it sees the pool broken and exits
+        # (otherwise the interpreter's exit would wait for it forever).
+        queue = getattr(self._executor, "_result_queue", None)
+        writer = getattr(queue, "_writer", None)
+        if writer is not None:
+            with contextlib.suppress(OSError):
+                writer.close()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
     def close(self) -> None:
-        """Stop the workers (pending batches are dropped)."""
+        """Stop the workers (pending batches are dropped); a pool with a dead worker is abandoned."""
+        if any(_gone(pid) for pid in self.pids):
+            self.abandon()
+            return
         self._executor.shutdown(wait=True, cancel_futures=True)
 
 

@@ -170,3 +170,47 @@ def test_negative_jobs_is_refused_with_the_fix(tmp_path: Path) -> None:
     result = subprocess.run([*CLI, str(corpus), "--state", str(tmp_path / "s"), "--jobs", "-1"], capture_output=True)
     assert result.returncode == 2
     assert "--jobs must be 0 (the usable cores) or more, got -1" in result.stderr.decode()
+
+
+def _die_writing_a_result() -> None:
+    """In a pool worker: start a result message on the executor's pipe, then die (a kill mid-write)."""
+    import struct
+
+    frame = sys._getframe()
+    while frame is not None and "result_queue" not in frame.f_locals:
+        frame = frame.f_back
+    assert frame is not None, "concurrent.futures.process._process_worker has no result_queue any more"
+    writer = frame.f_locals["result_queue"]._writer
+    os.write(writer.fileno(), struct.pack("!i", 1 << 20) + b"\x80" * 100)  # 100 of 1 MiB announced
+    os._exit(1)
+
+
+def test_a_worker_killed_while_writing_its_result_fails_the_batch_instead_of_hanging() -> None:
+    # ProcessPoolExecutor's thread then waits for the rest of the message forever and its futures
+    # never finish: the worker's sign stage stalled so after a kill -9 of its signing process (CI).
+    import threading
+
+    pool = SignPool(1, "fork")
+    future = pool._executor.submit(_die_writing_a_result)
+    outcome: list[BaseException | None] = []
+
+    def wait() -> None:
+        try:
+            pool.result(DedupeEngine(DedupeParams(), MemoryStore()).signer, future)
+            outcome.append(None)
+        except BaseException as exc:  # the test looks at what it was
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    waiter.join(20)
+    assert outcome and isinstance(outcome[0], SignPoolError), f"the wait did not end with SignPoolError: {outcome}"
+    assert not future.done(), "the executor noticed by itself: this test no longer shows the hang"
+    closer = threading.Thread(target=pool.close, daemon=True)
+    closer.start()
+    closer.join(20)
+    assert not closer.is_alive(), "closing the pool hung"
+    manager = pool._executor._executor_manager_thread
+    if manager is not None:
+        manager.join(20)
+        assert not manager.is_alive(), "the executor's thread still waits (the interpreter's exit would hang)"

@@ -31,7 +31,7 @@ from aiokafka.errors import CommitFailedError, KafkaError  # type: ignore[import
 
 from stream_dedupe.core.records import Document, ParseLimits, parse_keyed, peek_id
 from stream_dedupe.core.signer import Signed, Signer
-from stream_dedupe.sign_pool import SignPool, SignPoolError
+from stream_dedupe.sign_pool import LIVENESS_SECONDS, SignPool, SignPoolError
 from stream_dedupe.worker.metrics import WorkerMetrics
 from stream_dedupe.worker.poison import is_record_error, is_transient
 from stream_dedupe.worker.produce import send_batches
@@ -231,7 +231,7 @@ class SignStage:
 
     async def _restart_pool(self, broken: SignPool) -> None:
         with contextlib.suppress(Exception):
-            await asyncio.to_thread(broken.close)
+            broken.abandon()  # not close(): its executor's thread may wait forever on the dead worker
         await self._start_pool()
 
     async def _signatures(self, texts: list[str]) -> list[bytes | None]:
@@ -249,7 +249,12 @@ class SignStage:
             size = -(-len(texts) // pool.workers)
             try:
                 futures = [pool.submit(self.signer, texts[i : i + size]) for i in range(0, len(texts), size)]
-                parts = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
+                waiting = [asyncio.wrap_future(f) for f in futures]
+                while not all(w.done() for w in waiting):
+                    await asyncio.wait(waiting, timeout=LIVENESS_SECONDS)
+                    if not all(w.done() for w in waiting):
+                        pool.check()  # a worker killed mid-result leaves its futures pending forever
+                parts = [w.result() for w in waiting]
                 return [blob for part in parts for blob in part]
             except (BrokenProcessPool, SignPoolError) as exc:
                 self.metrics.sign_pool_failures.inc()
