@@ -134,6 +134,7 @@ def _sign(params: DedupeParams, texts: list[str]) -> list[bytes]:
 
 #: How often a wait for a signing worker checks that the worker is still alive.
 LIVENESS_SECONDS = 0.5
+_PROC = os.path.isdir("/proc/self")
 
 
 def _gone(pid: int) -> bool:
@@ -151,9 +152,6 @@ def _gone(pid: int) -> bool:
     except PermissionError:
         return False
     return False
-
-
-_PROC = os.path.isdir("/proc/self")
 
 
 class SignPool:
@@ -238,8 +236,12 @@ class SignPool:
             SignPoolError: if a worker has died.
 
         """
-        if any(_gone(pid) for pid in self.pids):
+        if self.dead():
             raise SignPoolError(_DIED)
+
+    def dead(self) -> bool:
+        """True if a worker process has exited."""
+        return any(_gone(pid) for pid in self.pids)
 
     def abandon(self) -> None:
         """Drop a pool whose worker died: kill the others, free the executor's thread, do not wait."""
@@ -258,7 +260,7 @@ class SignPool:
 
     def close(self) -> None:
         """Stop the workers (pending batches are dropped); a pool with a dead worker is abandoned."""
-        if any(_gone(pid) for pid in self.pids):
+        if self.dead():
             self.abandon()
             return
         self._executor.shutdown(wait=True, cancel_futures=True)

@@ -250,10 +250,10 @@ class SignStage:
             try:
                 futures = [pool.submit(self.signer, texts[i : i + size]) for i in range(0, len(texts), size)]
                 waiting = [asyncio.wrap_future(f) for f in futures]
-                while not all(w.done() for w in waiting):
-                    await asyncio.wait(waiting, timeout=LIVENESS_SECONDS)
-                    if not all(w.done() for w in waiting):
-                        pool.check()  # a worker killed mid-result leaves its futures pending forever
+                _, pending = await asyncio.wait(waiting, timeout=LIVENESS_SECONDS)
+                while pending:
+                    pool.check()  # a worker killed mid-result leaves its futures pending forever
+                    _, pending = await asyncio.wait(pending, timeout=LIVENESS_SECONDS)
                 parts = [w.result() for w in waiting]
                 return [blob for part in parts for blob in part]
             except (BrokenProcessPool, SignPoolError) as exc:
