@@ -36,7 +36,7 @@ from stream_dedupe.api_types import Decision, Match, QueryResult
 from stream_dedupe.core.batch import Prepared
 from stream_dedupe.core.candidates import verify_candidates
 from stream_dedupe.core.canonical import CanonicalKey, better
-from stream_dedupe.core.cover import Assignment, StateCoverGraph, decide_one, order_key
+from stream_dedupe.core.cover import Assignment, Order, StateCoverGraph, decide_one, order_key
 from stream_dedupe.core.engine import DedupeEngine
 from stream_dedupe.core.records import Document, parse_timestamp
 from stream_dedupe.core.unionfind import UnionFind
@@ -78,6 +78,9 @@ class _GraphWithQuery:
 
     def rank(self, doc_id: str) -> CanonicalKey:
         return self.key if doc_id == self.doc_id else self.base.rank(doc_id)
+
+    def order(self, doc_id: str) -> Order:
+        return order_key(self.key) if doc_id == self.doc_id else self.base.order(doc_id)
 
     def neighbours(self, doc_id: str) -> dict[str, float]:
         return self.base.neighbours(doc_id)

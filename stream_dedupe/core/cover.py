@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 from stream_dedupe.config import DedupeParams
@@ -40,10 +40,20 @@ from stream_dedupe.storage.state import DocRecord, StateView
 Assignment = tuple[str, float] | None
 
 
-def order_key(key: CanonicalKey) -> tuple[int, int, int, str]:
+#: Sort key of the canonical order (:func:`order_key`).
+Order = tuple[int, int, int, str]
+
+
+def order_key(key: CanonicalKey) -> Order:
     """Sort key of the canonical order: the preferred document sorts first."""
-    known = 0 if key.updated_at_us is None else 1
-    return (-key.length, -known, -(key.updated_at_us or 0), key.doc_id)
+    return order_of(key.doc_id, key.length, key.updated_at_us)
+
+
+def order_of(doc_id: str, length: int, updated_at_us: int | None) -> Order:
+    """:func:`order_key` of a document's fields, without building its :class:`CanonicalKey`."""
+    if updated_at_us is None:
+        return (-length, 0, 0, doc_id)
+    return (-length, -1, -updated_at_us, doc_id)
 
 
 class CoverGraph(Protocol):
@@ -51,6 +61,9 @@ class CoverGraph(Protocol):
 
     def rank(self, doc_id: str) -> CanonicalKey:
         """The canonical key of a document in the state."""
+
+    def order(self, doc_id: str) -> Order:
+        """``order_key(rank(doc_id))``: the document's place in the canonical order."""
 
     def neighbours(self, doc_id: str) -> dict[str, float]:
         """Documents with a pair at or above its threshold with ``doc_id``, and the similarity."""
@@ -85,17 +98,19 @@ class CoverChange:
 
 def later_neighbours(graph: CoverGraph, doc_id: str) -> list[str]:
     """Neighbours of ``doc_id`` after it in canonical order (those its status can affect)."""
-    mine = order_key(graph.rank(doc_id))
-    return [other for other in graph.neighbours(doc_id) if order_key(graph.rank(other)) > mine]
+    order = graph.order
+    mine = order(doc_id)
+    return [other for other in graph.neighbours(doc_id) if order(other) > mine]
 
 
 def decide_one(graph: CoverGraph, doc_id: str, neighbours: dict[str, float]) -> Assignment:
     """The assignment of one document given the current status of the members before it."""
-    mine = order_key(graph.rank(doc_id))
-    best: tuple[tuple[float, tuple[int, int, int, str]], str, float] | None = None
+    order, assignment = graph.order, graph.assignment
+    mine = order(doc_id)
+    best: tuple[tuple[float, Order], str, float] | None = None
     for other, similarity in neighbours.items():
-        theirs = order_key(graph.rank(other))
-        if theirs < mine and graph.assignment(other) is None:
+        theirs = order(other)
+        if theirs < mine and assignment(other) is None:
             candidate = (-similarity, theirs)
             if best is None or candidate < best[0]:
                 best = (candidate, other, similarity)
@@ -117,7 +132,8 @@ def update_cover(graph: CoverGraph, seeds: Iterable[str], arrived: Iterable[str]
 
     """
     fresh = set(arrived)
-    heap = [(order_key(graph.rank(s)), s) for s in set(seeds) | fresh]
+    order = graph.order
+    heap = [(order(s), s) for s in set(seeds) | fresh]
     heapq.heapify(heap)
     queued = {s for _, s in heap}
     changes: list[CoverChange] = []
@@ -132,8 +148,10 @@ def update_cover(graph: CoverGraph, seeds: Iterable[str], arrived: Iterable[str]
         if not ((before is None) != (after is None) or (doc_id in fresh and after is None)):
             continue
         for other in neighbours:
-            theirs = order_key(graph.rank(other))
-            if theirs > mine and other not in queued:
+            if other in queued:
+                continue
+            theirs = order(other)
+            if theirs > mine:
                 queued.add(other)
                 heapq.heappush(heap, (theirs, other))
     return changes
@@ -163,6 +181,11 @@ class StateCoverGraph:
         record = self._record(doc_id)
         return CanonicalKey(doc_id, record.length, record.updated_at_us)
 
+    def order(self, doc_id: str) -> Order:
+        """See :class:`CoverGraph`."""
+        record = self._record(doc_id)
+        return order_of(doc_id, record.length, record.updated_at_us)
+
     def assignment(self, doc_id: str) -> Assignment:
         """See :class:`CoverGraph`."""
         record = self._record(doc_id)
@@ -174,7 +197,7 @@ class StateCoverGraph:
         """See :class:`CoverGraph`."""
         record = self._record(doc_id)
         rep, similarity = assignment if assignment is not None else (None, None)
-        self.state.put_doc(doc_id, replace(record, covered_by=rep, covered_similarity=similarity))
+        self.state.put_doc(doc_id, record.with_cover(rep, similarity))
 
     def neighbours(self, doc_id: str) -> dict[str, float]:
         """See :class:`CoverGraph`.
@@ -194,7 +217,7 @@ class StateCoverGraph:
                     pairs[other] = max(similarity, pairs.get(other, 0.0))
         if not pairs:
             return out
-        state.prefetch("docs", [o.encode("utf-8") for o in pairs])
+        state.prefetch_docs(pairs)
         mixed = bool(self.params.source_thresholds)
         for other, similarity in pairs.items():
             other_record = state.doc(other)

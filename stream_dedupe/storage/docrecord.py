@@ -55,6 +55,20 @@ class DocRecord:
         """True if the document is in the indexed (deduped) set."""
         return self.covered_by is None
 
+    def with_cover(self, covered_by: str | None, covered_similarity: float | None) -> DocRecord:
+        """A copy with another cover assignment: ``dataclasses.replace`` of the two fields, at half its cost."""
+        return DocRecord(
+            self.content_hash,
+            self.length,
+            self.updated_at_us,
+            self.tokens,
+            self.indexed,
+            self.source,
+            covered_by,
+            covered_similarity,
+            self.title_key,
+        )
+
     def encode(self) -> bytes:
         """Versioned JSON encoding (version 2 added ``source``, version 3 the cover fields)."""
         fields: list[Any] = [3, self.content_hash.hex(), self.length, self.updated_at_us, self.tokens, self.indexed]

@@ -7,7 +7,7 @@ storage engine; it works the same over the in-memory and the RocksDB adapters.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -258,6 +258,13 @@ class StateView:
         record = None if raw is None else DocRecord.decode(raw)
         self._records[doc_id] = record
         return record
+
+    def prefetch_docs(self, doc_ids: Iterable[str]) -> None:
+        """:meth:`prefetch` of the records of ``doc_ids`` that this batch has not read or written yet."""
+        records = self._records
+        missing = [doc_id.encode("utf-8") for doc_id in doc_ids if doc_id not in records]
+        if missing:
+            self.prefetch("docs", missing)
 
     def put_doc(self, doc_id: str, record: DocRecord | None) -> None:
         """Write (or delete) a document record."""
