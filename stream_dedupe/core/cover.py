@@ -145,7 +145,12 @@ def update_cover(graph: CoverGraph, seeds: Iterable[str], arrived: Iterable[str]
         if after != before:
             graph.assign(doc_id, after)
             changes.append(CoverChange(doc_id, before, after))
-        if not ((before is None) != (after is None) or (doc_id in fresh and after is None)):
+        if doc_id in fresh:
+            # An arrival is staged as a representative that no other member has seen yet: only
+            # if it stays one do the members after it have a new representative to look at.
+            if after is not None:
+                continue
+        elif (before is None) == (after is None):
             continue
         for other in neighbours:
             if other in queued:

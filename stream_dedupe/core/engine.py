@@ -283,9 +283,9 @@ class DedupeEngine:
             key = doc.doc_id.encode("utf-8")
             for namespace in ("parent", "clusters", "edges"):
                 state.mark_absent(namespace, key)
-        cluster_events = self._join(doc.doc_id, matches)
+        cluster_events, cluster = self._join(doc.doc_id, matches)
         cover = self._cover_events(doc.doc_id, update_cover(self.cover, seeds, arrived=[doc.doc_id]))
-        first = self._document_event(doc.doc_id, item)
+        first = self._document_event(doc.doc_id, item, cluster)  # the cover changes no cluster
         first["updated"] = prior is not None
         return [first, *cluster_events, *events, *cover]
 
@@ -309,11 +309,10 @@ class DedupeEngine:
         events = detach(self.state, self.uf, self.lsh, doc_id, prior)
         return [*events, *self._cover_events(doc_id, update_cover(self.cover, seeds))]
 
-    def _document_event(self, doc_id: str, item: Prepared) -> ev.Event:
-        """``duplicate-of`` when a representative covers the document, else ``new``."""
+    def _document_event(self, doc_id: str, item: Prepared, cluster: ClusterInfo) -> ev.Event:
+        """``duplicate-of`` when a representative covers the document, else ``new`` (``cluster``: its cluster)."""
         record = self.state.doc(doc_id)
         assert record is not None
-        cluster = self.uf.cluster_of(doc_id)
         if record.covered_by is None:
             self.counters["new"] += 1
             self.counters["new_in_cluster"] += 1
@@ -350,7 +349,8 @@ class DedupeEngine:
             return [ev.deleted_event(doc_id, known=False)]
         return [ev.deleted_event(doc_id, known=True), *self._remove(doc_id, prior)]
 
-    def _join(self, doc_id: str, matches: list[tuple[str, float, bool]]) -> list[ev.Event]:
+    def _join(self, doc_id: str, matches: list[tuple[str, float, bool]]) -> tuple[list[ev.Event], ClusterInfo]:
+        """Union ``doc_id`` with its matches and store the edges; the cluster events, and its cluster now."""
         state, uf = self.state, self.uf
         before: dict[str, ClusterInfo] = {}
         for other, _, _ in matches:
@@ -369,7 +369,7 @@ class DedupeEngine:
         if len(before) > 1:
             self.counters["merges"] += 1
             events.append(ev.clusters_merged(final, list(before.values()), doc_id))
-        return events
+        return events, final
 
 
 def stored_params(store: KVStore) -> DedupeParams | None:
