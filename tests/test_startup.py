@@ -317,3 +317,35 @@ def test_a_big_first_batch_learns_its_lines_compiled(docs: int, compiled: bool) 
     result = subprocess.run([sys.executable, "-c", LINE_PASS, str(docs)], capture_output=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr.decode()
     assert orjson.loads(result.stdout.splitlines()[-1]) == [compiled]
+
+
+BLAS_PROBE = """
+import sys
+if sys.argv[1] == "scipy-first":
+    import scipy.linalg
+import numpy as np
+from stream_dedupe.config import DedupeParams
+from stream_dedupe.core import jit
+from stream_dedupe.core.signer import Signer
+jit.enable()
+Signer(DedupeParams()).sign(["a few words to sign with the compiled kernels"] * 3)
+loaded = "scipy.linalg" in sys.modules
+import numba
+import scipy.linalg  # importable as usual afterwards
+@numba.njit
+def dot(a, b):
+    return np.dot(a, b)
+x = np.arange(6.0).reshape(2, 3)
+assert np.array_equal(dot(x, x.T), x @ x.T)  # np.dot still finds BLAS when a kernel using it compiles
+print(int(loaded))
+"""
+
+
+@pytest.mark.parametrize(("case", "scipy_loaded"), [("fresh", 0), ("scipy-first", 1)])
+def test_numba_is_enabled_without_importing_scipy(case: str, scipy_loaded: int) -> None:
+    # numba's CPU target probes for BLAS by importing scipy.linalg (0.25 s of CPU per process);
+    # jit.enable() answers the probe without it, and leaves scipy importable, np.dot working.
+    env = {k: v for k, v in os.environ.items() if k != "STREAM_DEDUPE_JIT"}
+    result = subprocess.run([sys.executable, "-c", BLAS_PROBE, case], capture_output=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr.decode()
+    assert int(result.stdout.splitlines()[-1]) == scipy_loaded

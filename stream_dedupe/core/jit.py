@@ -103,6 +103,32 @@ def njit(func: Callable[..., Any] | None = None, /, *, pure: Callable[..., Any] 
     return wrap(func) if func is not None else wrap
 
 
+def _import_numba() -> None:
+    """Import numba and its CPU target's array library without the scipy import of its BLAS probe.
+
+    ``numba.np.arraymath``, loaded with the CPU target at the first compile or cache load, sets
+    its ``_HAVE_BLAS`` flag by importing ``scipy.linalg.cython_blas``: 0.25 s of CPU in every
+    process that enables numba (scipy is installed as datasketch's dependency), for kernels that
+    use no BLAS. The probe is answered "no" by hiding scipy while that one module is imported
+    (about 20 ms; :func:`enable` holds the lock, and a thread importing scipy at that moment would
+    get an ImportError). The flag only picks BLAS for the inner products of ``np.correlate`` and
+    ``np.convolve`` in compiled code; ``np.dot`` still imports scipy when a kernel using it
+    compiles, and scipy imports as usual afterwards (``tests/test_startup.py``). Nothing is hidden
+    when scipy.linalg is already imported (there is nothing to save).
+    """
+    import numba
+
+    if "numba.np.arraymath" in sys.modules or "scipy.linalg" in sys.modules:
+        return
+    hidden = "scipy.linalg" if "scipy" in sys.modules else "scipy"
+    sys.modules[hidden] = None  # type: ignore[assignment]  # an import of it raises ImportError at once
+    try:
+        import numba.np.arraymath  # noqa: F401
+    finally:
+        if sys.modules.get(hidden, 0) is None:
+            del sys.modules[hidden]
+
+
 def _compile(kernel: LazyKernel) -> Any:
     import numba
 
@@ -121,6 +147,7 @@ def enable() -> None:
     with _lock:
         if _enabled:
             return
+        _import_numba()
         for kernel in _kernels:
             _compile(kernel)
         for kernel in _kernels:  # compiled callers resolve their callees through the module globals
