@@ -43,7 +43,7 @@ PHASES: list[tuple[Any, str, str]] = [
     (engine_module, "classify", "  fast path: classify"),
     (engine_module, "decide_new", "  fast path: decide_new"),
     (DedupeEngine, "_decide", "  exact path: _decide"),
-    (DedupeEngine, "_near_matches", "    candidates + verification"),
+    (engine_module, "near_matches", "    candidates + verification"),
     (DedupeEngine, "_join", "    union-find + edges"),
     (engine_module, "update_cover", "    cover update"),
     (DedupeEngine, "_resign_carriers", "  boilerplate carriers signed again"),
