@@ -90,6 +90,12 @@ class DocRecord:
         """:meth:`encode` of a representative's record, without building the record first."""
         return dumps([3, content_hash.hex(), length, updated_at_us, tokens, indexed, source, title_key])
 
+    @staticmethod
+    def is_representative(raw: bytes) -> bool:
+        """``decode(raw).covered_by is None``, without building the record (scans of every record)."""
+        fields = orjson.loads(raw)
+        return len(fields) <= 9 or fields[8] is None
+
     @classmethod
     def decode(cls, raw: bytes) -> DocRecord:
         """Inverse of :meth:`encode` (reads version 1 and 2 records too)."""
