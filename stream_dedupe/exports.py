@@ -40,9 +40,9 @@ def summarize(store: KVStore) -> ClusterSummary:
     covers: Counter[str] = Counter()
     for _, raw in store.items("docs"):
         documents += 1
-        record = DocRecord.decode(raw)
-        if record.covered_by is not None:
-            covers[record.covered_by] += 1
+        covered_by = DocRecord.covered_by_of(raw)
+        if covered_by is not None:
+            covers[covered_by] += 1
     sizes = [info.size for info in _cluster_records(view)]
     merged_away = sum(size - 1 for size in sizes)
     return ClusterSummary(

@@ -57,5 +57,6 @@ def test_is_representative_reads_what_decode_reads() -> None:
     kept = _record(40, None)
     assert not DocRecord.is_representative(covered.encode())
     assert DocRecord.is_representative(kept.encode())
+    assert DocRecord.covered_by_of(covered.encode()) == "a" and DocRecord.covered_by_of(kept.encode()) is None
     for old in (b'[1,"00",5,null,3,true]', b'[2,"00",5,null,3,true,"wiki"]'):  # versions before the cover fields
         assert DocRecord.decode(old).covered_by is None and DocRecord.is_representative(old)

@@ -91,10 +91,16 @@ class DocRecord:
         return dumps([3, content_hash.hex(), length, updated_at_us, tokens, indexed, source, title_key])
 
     @staticmethod
-    def is_representative(raw: bytes) -> bool:
-        """``decode(raw).covered_by is None``, without building the record (scans of every record)."""
+    def covered_by_of(raw: bytes) -> str | None:
+        """``decode(raw).covered_by``, without building the record (scans of every record)."""
         fields = orjson.loads(raw)
-        return len(fields) <= 9 or fields[8] is None
+        covered_by: str | None = fields[8] if len(fields) > 9 else None
+        return covered_by
+
+    @staticmethod
+    def is_representative(raw: bytes) -> bool:
+        """``decode(raw).covered_by is None``, without building the record."""
+        return DocRecord.covered_by_of(raw) is None
 
     @classmethod
     def decode(cls, raw: bytes) -> DocRecord:
