@@ -159,15 +159,15 @@ def dedupe(
     batch_size: Annotated[int, typer.Option(help="Documents per batch and per atomic commit.")] = 512,
     strict: Annotated[bool, typer.Option(help="Exit 1 if any record was invalid.")] = False,
     jobs: Annotated[
-        int,
+        int | None,
         typer.Option(
             help=default_help(
                 "Processes: sign in N-1 worker processes, decide in this one; the same events for any N "
                 "(0: the usable cores; inputs under 4 MB or on stdin are signed in-process).",
-                "1",
+                "2, or 1 on one usable core",
             )
         ),
-    ] = 1,
+    ] = None,
     index_shards: Annotated[
         int | None,
         typer.Option(
@@ -218,17 +218,18 @@ def dedupe(
     from stream_dedupe.exports import iter_canonical_documents, summarize
     from stream_dedupe.reporting import ProgressReporter, print_summary, warm_kernels
     from stream_dedupe.sharded_state import open_state
-    from stream_dedupe.sign_pool import start_pool, usable_cores
+    from stream_dedupe.sign_pool import default_jobs, start_pool, usable_cores
     from stream_dedupe.storage.rocks import SMALL_RUN_BYTES
 
-    if jobs < 0:
+    if jobs is not None and jobs < 0:
         raise ConfigError(f"--jobs must be 0 (the usable cores) or more, got {jobs}")
     if index_shards is not None and index_shards < 1:
         raise ConfigError(f"--index-shards must be 1 (no shards) or more, got {index_shards}")
     jit.choose(total_bytes(inputs), _directory_bytes(state))  # numba only for a big run
     gc_from_here()  # start-up is over (main() paused the collector); before forking a --jobs pool
     with ExitStack() as stack:
-        pool = start_pool(jobs or usable_cores(), total_bytes(inputs))  # before RocksDB's threads
+        processes = default_jobs() if jobs is None else jobs or usable_cores()
+        pool = start_pool(processes, total_bytes(inputs))  # before RocksDB's threads
         if pool is not None:
             stack.callback(pool.close)
         store = open_state(

@@ -65,6 +65,18 @@ def usable_cores() -> int:
     return cores if quota is None else max(1, min(cores, math.ceil(quota)))
 
 
+#: ``dedupe``'s ``--jobs`` when none is given, at most :func:`usable_cores`: one signing process
+#: beside the deciding one. Signing is about a fifth of the deciding process's work, so a second
+#: signing process has nothing to do (measured on 2 cores, BENCHMARKS.md "`dedupe --jobs N`":
+#: 1.06-1.10x the wall time of ``--jobs 1`` for 7-10% more CPU).
+DEFAULT_JOBS = 2
+
+
+def default_jobs() -> int:
+    """``--jobs`` when none is given: :data:`DEFAULT_JOBS`, or fewer when fewer cores are usable."""
+    return min(DEFAULT_JOBS, usable_cores())
+
+
 #: Where Linux publishes a cgroup's CPU quota: v2 (``cpu.max``), then v1 (CFS quota and period).
 CGROUP_V2_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 CGROUP_V1_CPU_DIR = Path("/sys/fs/cgroup/cpu")

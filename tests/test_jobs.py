@@ -12,10 +12,11 @@ from pathlib import Path
 import orjson
 import pytest
 
+from stream_dedupe import sign_pool
 from stream_dedupe.config import BoilerplateConfig, DedupeParams, RuntimeLimits
 from stream_dedupe.core.engine import DedupeEngine
 from stream_dedupe.embedded import run
-from stream_dedupe.sign_pool import SignPool, SignPoolError, start_pool, usable_cores
+from stream_dedupe.sign_pool import SignPool, SignPoolError, default_jobs, start_pool, usable_cores
 from stream_dedupe.storage.memory import MemoryStore
 
 from .helpers import text
@@ -25,7 +26,7 @@ CLI = [sys.executable, "-m", "stream_dedupe", "dedupe"]
 OPTIONS = ["--no-progress", "--batch-size", "37", "--boilerplate-min-docs", "5"]
 
 
-def _dedupe(tmp: Path, name: str, corpus: Path, deletions: Path, jobs: int, pool_bytes: int = 0) -> bytes:
+def _dedupe(tmp: Path, name: str, corpus: Path, deletions: Path, jobs: int | None, pool_bytes: int = 0) -> bytes:
     events = tmp / f"{name}.jsonl"
     env = {**os.environ, "STREAM_DEDUPE_POOL_BYTES": str(pool_bytes)}
     cmd = [
@@ -37,8 +38,7 @@ def _dedupe(tmp: Path, name: str, corpus: Path, deletions: Path, jobs: int, pool
         str(events),
         "--deletions",
         str(deletions),
-        "--jobs",
-        str(jobs),
+        *([] if jobs is None else ["--jobs", str(jobs)]),
         *OPTIONS,
     ]
     result = subprocess.run(cmd, capture_output=True, env=env, timeout=600)
@@ -48,8 +48,8 @@ def _dedupe(tmp: Path, name: str, corpus: Path, deletions: Path, jobs: int, pool
 
 def test_the_same_events_byte_for_byte_for_any_number_of_jobs(tmp_path: Path) -> None:
     corpus, deletions = write_mixed(tmp_path)
-    runs = {jobs: _dedupe(tmp_path, f"j{jobs}", corpus, deletions, jobs) for jobs in (1, 2, 3, 0)}
-    assert runs[1] == runs[2] == runs[3] == runs[0]  # 0: the usable cores
+    runs = {jobs: _dedupe(tmp_path, f"j{jobs}", corpus, deletions, jobs) for jobs in (1, 2, 3, 0, None)}
+    assert runs[1] == runs[2] == runs[3] == runs[0] == runs[None]  # 0: the usable cores; None: the default
     kinds = {orjson.loads(line)["event"] for line in runs[1].splitlines()}
     assert {"new", "duplicate-of", "invalid", "deleted", "canonical-changed", "cover-changed"} <= kinds, kinds
 
@@ -214,3 +214,12 @@ def test_a_worker_killed_while_writing_its_result_fails_the_batch_instead_of_han
     if manager is not None:
         manager.join(20)
         assert not manager.is_alive(), "the executor's thread still waits (the interpreter's exit would hang)"
+
+
+@pytest.mark.parametrize(("cores", "jobs"), [(1, 1), (2, 2), (8, 2)])
+def test_the_default_is_one_signing_process_beside_the_decider(
+    monkeypatch: pytest.MonkeyPatch, cores: int, jobs: int
+) -> None:
+    # more would sit idle: signing is about a fifth of the deciding process's work
+    monkeypatch.setattr(sign_pool, "usable_cores", lambda: cores)
+    assert default_jobs() == jobs
