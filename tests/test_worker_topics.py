@@ -93,3 +93,21 @@ def test_warnings_explain_the_risk_and_the_fix() -> None:
         f"(kafka-configs.sh --bootstrap-server <broker> --alter --entity-type topics --entity-name {deduped.name} "
         "--add-config min.insync.replicas=2)",
     ]
+
+
+def test_the_meta_changelogs_close_their_segments_within_an_hour() -> None:
+    # They carry every batch's redo journal, tombstoned at once: dead records until compaction,
+    # which only cleans closed segments (the broker's default closes one after 1 GB or 7 days).
+    sharded = WorkerSettings(app_id="app", replication_factor=3, index_shards=2)
+    specs = {s.name: s for s in worker_topics(sharded)}
+    for name in ("app-state-meta-changelog", "app-shard-meta-changelog"):
+        config = specs[name].config
+        assert config["cleanup.policy"] == "compact"
+        assert int(config["segment.ms"]) == 3_600_000 and int(config["segment.bytes"]) == 64 << 20
+    others = [s for n, s in specs.items() if n.endswith("-changelog") and "-meta-" not in n]
+    assert others and all("segment.ms" not in s.config for s in others)
+    meta = specs["app-state-meta-changelog"]
+    assert check_configs([meta], {meta.name: {**GOOD, **meta.config}}) == []
+    default = check_configs([meta], {meta.name: {**GOOD, "segment.ms": str(7 * DAY_MS), "segment.bytes": str(1 << 30)}})
+    assert len(default) == 1 and "after 168 h or 1024 MiB" in default[0] and "read by every restore" in default[0]
+    assert "--add-config segment.ms=3600000,segment.bytes=67108864" in default[0]

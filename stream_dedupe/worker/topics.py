@@ -38,6 +38,18 @@ DEDUPED_CONFIG = {**COMPACT, "delete.retention.ms": str(7 * DAY_MS), "min.compac
 INDEX_RETENTION_MS = 7 * DAY_MS
 #: An index topic retention below this is refused (a routine restart could lose records).
 INDEX_RETENTION_FLOOR_MS = HOUR_MS
+#: The ``meta`` changelogs (the decider's and each shard's) carry every batch's redo journal
+#: (:mod:`stream_dedupe.worker.store`), tombstoned once the batch is in the other changelogs: about
+#: 2 KB a document of dead records, which Kafka only compacts away once their segment is closed.
+#: The broker's default segment (1 GB or 7 days) kept up to 1 GB of them, read again by every
+#: restore; these bound them to one 64 MiB segment or one hour of batches.
+JOURNAL_SEGMENT_BYTES = 64 << 20
+JOURNAL_SEGMENT_MS = HOUR_MS
+JOURNAL_CHANGELOG_CONFIG = {
+    **COMPACT,
+    "segment.bytes": str(JOURNAL_SEGMENT_BYTES),
+    "segment.ms": str(JOURNAL_SEGMENT_MS),
+}
 #: Room for the headers (signature, origin) and the JSON envelope on top of a document.
 RECORD_OVERHEAD = 64 << 10
 
@@ -92,8 +104,13 @@ def worker_topics(settings: WorkerSettings) -> list[TopicSpec]:
         spec(settings.dlq_topic, n, "dlq", dlq, {}),
         spec(settings.index_topic, 1, "index", doc, index),
     ]
-    topics += [spec(changelog_topic(settings, ns), 1, "changelog", doc, dict(COMPACT)) for ns in NAMESPACES]
+    topics += [spec(changelog_topic(settings, ns), 1, "changelog", doc, _changelog_config(ns)) for ns in NAMESPACES]
     return topics + shard_topics(settings, common)
+
+
+def _changelog_config(namespace: str) -> dict[str, str]:
+    """A table changelog's configuration: compacted; ``meta``'s closes its segments sooner (the journal)."""
+    return dict(JOURNAL_CHANGELOG_CONFIG if namespace == "meta" else COMPACT)
 
 
 #: The shard tables (``--index-shards`` >= 2), as in :mod:`stream_dedupe.worker.shard_serve`.
@@ -119,7 +136,9 @@ def shard_topics(settings: WorkerSettings, common: dict[str, str]) -> list[Topic
         spec(settings.shard_requests_topic, shards, "shard-requests", calls),
         spec(settings.shard_replies_topic, 1, "shard-replies", answers),
     ]
-    topics += [spec(shard_changelog_topic(settings, ns), shards, "changelog", dict(COMPACT)) for ns in SHARD_TABLES]
+    topics += [
+        spec(shard_changelog_topic(settings, ns), shards, "changelog", _changelog_config(ns)) for ns in SHARD_TABLES
+    ]
     return topics
 
 
@@ -268,6 +287,16 @@ def check_configs(specs: list[TopicSpec], configs: dict[str, dict[str, str]]) ->
                     f"topic {name!r} keeps tombstones {kept / HOUR_MS:.0f} h after compaction (delete.retention.ms): "
                     "an indexer replaying it or offline longer than that misses deletions and keeps stale "
                     f"documents ({_alter(name, f'delete.retention.ms={wanted}')})"
+                )
+        if "segment.ms" in spec.config:  # a meta changelog: the redo journal's dead records
+            segment_ms = int(have.get("segment.ms", str(7 * DAY_MS)))
+            segment_bytes = int(have.get("segment.bytes", str(1 << 30)))
+            if segment_ms > JOURNAL_SEGMENT_MS or segment_bytes > JOURNAL_SEGMENT_BYTES:
+                fix = _alter(name, f"segment.ms={JOURNAL_SEGMENT_MS},segment.bytes={JOURNAL_SEGMENT_BYTES}")
+                warnings.append(
+                    f"topic {name!r} closes a segment after {segment_ms / HOUR_MS:.0f} h or {segment_bytes >> 20} MiB "
+                    "(segment.ms, segment.bytes): the tombstoned redo journals of the worker's batches (~2 KB a "
+                    f"document) stay on the brokers' disks, and are read by every restore, until then ({fix})"
                 )
         limit = int(have.get("max.message.bytes", "1048588"))
         fix = _alter(name, f"max.message.bytes={spec.max_message_bytes}")
