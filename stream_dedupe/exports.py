@@ -116,7 +116,7 @@ def _singletons(view: StateView) -> Iterator[str]:
 def iter_representative_ids(store: KVStore) -> Iterator[str]:
     """Ids of the indexed set: every document no representative covers, in key order."""
     for key, raw in store.items("docs"):
-        if DocRecord.is_representative(raw):
+        if DocRecord.covered_by_of(raw) is None:
             yield key.decode("utf-8")
 
 
@@ -134,7 +134,7 @@ def iter_canonical_documents(store: KVStore) -> Iterator[bytes]:
     documents = store.items("documents")
     pending = next(documents, None)
     for key, raw in store.items("docs"):
-        if not DocRecord.is_representative(raw):
+        if DocRecord.covered_by_of(raw) is not None:
             continue
         while pending is not None and pending[0] < key:
             pending = next(documents, None)

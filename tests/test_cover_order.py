@@ -51,12 +51,10 @@ def test_the_state_graph_orders_and_assigns_like_its_definitions() -> None:
     assert before.with_cover("c", 0.85).encode() == replaced.encode()
 
 
-def test_is_representative_reads_what_decode_reads() -> None:
+def test_covered_by_of_reads_what_decode_reads() -> None:
     """The scan shortcut agrees with decoding, for every record version the state may hold."""
     covered = _record(40, 7, ("a", 0.9))
     kept = _record(40, None)
-    assert not DocRecord.is_representative(covered.encode())
-    assert DocRecord.is_representative(kept.encode())
     assert DocRecord.covered_by_of(covered.encode()) == "a" and DocRecord.covered_by_of(kept.encode()) is None
     for old in (b'[1,"00",5,null,3,true]', b'[2,"00",5,null,3,true,"wiki"]'):  # versions before the cover fields
-        assert DocRecord.decode(old).covered_by is None and DocRecord.is_representative(old)
+        assert DocRecord.decode(old).covered_by is None and DocRecord.covered_by_of(old) is None

@@ -92,15 +92,8 @@ class DocRecord:
 
     @staticmethod
     def covered_by_of(raw: bytes) -> str | None:
-        """``decode(raw).covered_by``, without building the record (scans of every record)."""
-        fields = orjson.loads(raw)
-        covered_by: str | None = fields[8] if len(fields) > 9 else None
-        return covered_by
-
-    @staticmethod
-    def is_representative(raw: bytes) -> bool:
-        """``decode(raw).covered_by is None``, without building the record."""
-        return DocRecord.covered_by_of(raw) is None
+        """``decode(raw).covered_by`` (None: a representative), without building the record (scans)."""
+        return _cover(orjson.loads(raw))[0]
 
     @classmethod
     def decode(cls, raw: bytes) -> DocRecord:
@@ -108,7 +101,7 @@ class DocRecord:
         fields = orjson.loads(raw)
         source = fields[6] if fields[0] >= 2 else None
         title_key = fields[7] if fields[0] >= 3 else None
-        covered_by, similarity = (fields[8], fields[9]) if len(fields) > 9 else (None, None)
+        covered_by, similarity = _cover(fields)
         return cls(
             content_hash=bytes.fromhex(fields[1]),
             length=fields[2],
@@ -120,3 +113,8 @@ class DocRecord:
             covered_similarity=similarity,
             title_key=title_key,
         )
+
+
+def _cover(fields: list[Any]) -> tuple[str | None, float | None]:
+    """``(covered_by, covered_similarity)`` of decoded record fields (version 3 adds them when covered)."""
+    return (fields[8], fields[9]) if len(fields) > 9 else (None, None)

@@ -289,10 +289,11 @@ def check_configs(specs: list[TopicSpec], configs: dict[str, dict[str, str]]) ->
                     f"documents ({_alter(name, f'delete.retention.ms={wanted}')})"
                 )
         if "segment.ms" in spec.config:  # a meta changelog: the redo journal's dead records
+            wanted_ms, wanted_bytes = int(spec.config["segment.ms"]), int(spec.config["segment.bytes"])
             segment_ms = int(have.get("segment.ms", str(7 * DAY_MS)))
             segment_bytes = int(have.get("segment.bytes", str(1 << 30)))
-            if segment_ms > JOURNAL_SEGMENT_MS or segment_bytes > JOURNAL_SEGMENT_BYTES:
-                fix = _alter(name, f"segment.ms={JOURNAL_SEGMENT_MS},segment.bytes={JOURNAL_SEGMENT_BYTES}")
+            if segment_ms > wanted_ms or segment_bytes > wanted_bytes:
+                fix = _alter(name, f"segment.ms={wanted_ms},segment.bytes={wanted_bytes}")
                 warnings.append(
                     f"topic {name!r} closes a segment after {segment_ms / HOUR_MS:.0f} h or {segment_bytes >> 20} MiB "
                     "(segment.ms, segment.bytes): the tombstoned redo journals of the worker's batches (~2 KB a "
