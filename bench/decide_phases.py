@@ -6,12 +6,14 @@ a phase's time includes its children's.
 
     python bench/decide_phases.py --docs 20000
     python bench/decide_phases.py --docs 20000 --cache-entries 200000   # committed values kept between batches
+    python bench/decide_phases.py --corpus ../shared/data/20newsgroups_bydate.jsonl.gz   # a JSONL corpus, all of it
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import gzip
 import sys
 import tempfile
 import time
@@ -70,11 +72,21 @@ def _wrap(owner: Any, name: str, label: str) -> None:
     setattr(owner, name, timed)
 
 
+def _corpus_lines(path: Path) -> list[bytes]:
+    """The non-blank lines of a JSONL file, gzipped or not."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as lines:
+        return [line for line in lines if line.strip()]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=20000)
     parser.add_argument("--dup-fraction", type=float, default=0.3)
     parser.add_argument("--batch", type=int, default=500)
+    parser.add_argument(
+        "--corpus", type=Path, help="a JSONL corpus (.jsonl, .jsonl.gz) instead of synth.py (all its lines)"
+    )
     parser.add_argument("--cache-entries", type=int, default=None, help="StateView cache bound (default: the engine's)")
     args = parser.parse_args()
     if args.cache_entries is not None and hasattr(StateView, "resize_cache"):
@@ -85,7 +97,12 @@ def main() -> None:
             self.state.resize_cache(args.cache_entries)
 
         DedupeEngine.__init__ = init  # type: ignore[method-assign]
-    lines = [orjson.dumps(d) for d in generate(args.docs, 1, args.dup_fraction)]
+    lines = (
+        _corpus_lines(args.corpus)
+        if args.corpus
+        else [orjson.dumps(d) for d in generate(args.docs, 1, args.dup_fraction)]
+    )
+    args.docs = len(lines)
     signer = Signer(DedupeParams())
     docs = [parse_document(raw, 1 << 20) for raw in lines]
     wires = [signer.encode(s) for s in signer.sign([d.text for d in docs if isinstance(d, Document)])]

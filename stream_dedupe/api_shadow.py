@@ -97,6 +97,9 @@ def shadow_engine(engine: DedupeEngine) -> DedupeEngine:
         learner = object.__new__(BoilerplateLearner)
         learner.config, learner.state = engine.boilerplate.config, state
         learner.learned = set(engine.boilerplate.learned)
+        # shared, not copied: the shadow's keys only make it hold more than the state (a key it
+        # holds is read, so decisions cannot change), and a copy would cost its whole size per query
+        learner.known = engine.boilerplate.known
         learner.stripped_lines = 0
         learner.pending = set()
     shadow.boilerplate = learner

@@ -18,7 +18,6 @@ import numpy as np
 
 from stream_dedupe.config import DedupeParams
 from stream_dedupe.core.bandindex import LshIndex
-from stream_dedupe.core.boilerplate import NAMESPACE as BOILERPLATE
 from stream_dedupe.core.boilerplate import BoilerplateLearner
 from stream_dedupe.core.normalize import title_key
 from stream_dedupe.core.records import Document
@@ -167,7 +166,7 @@ class BatchPreparer:
         state, learner = self.state, self.boilerplate
         state.prefetch("docs", [d.doc_id.encode("utf-8") for d in docs])
         forms = learner.batch_lines([d.text for d in docs], [d.source for d in docs])
-        state.prefetch(BOILERPLATE, [key for lines in forms for key in lines.keys if key is not None])
+        learner.prefetch_counts([key for lines in forms for key in lines.keys if key is not None])
         counted: set[str] = set()
         start = learner.stripped_lines
         texts, stripped = [], []

@@ -23,6 +23,7 @@ import re
 import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import compress
 from typing import Any
 
 import mmh3
@@ -30,12 +31,14 @@ import orjson
 
 from stream_dedupe.config import BoilerplateConfig
 from stream_dedupe.core import jit
+from stream_dedupe.core.keyfilter import KeyFilter, as_words
 from stream_dedupe.core.lineform import ascii_form
 from stream_dedupe.core.linekeys import COUNTED, SHORT, batch_line_keys
 from stream_dedupe.storage.state import StateView, dumps
 
 _NON_WORD = re.compile(r"[\W_]+")
 NAMESPACE = "boilerplate"
+_SCAN_CHUNK = 1 << 16  # keys given to the filter at a time when a state is opened
 
 
 @dataclass(frozen=True)
@@ -96,9 +99,36 @@ class BoilerplateLearner:
         self.stripped_lines = 0
         #: Ids of documents that carried a line when it was learned: to be signed again.
         self.pending: set[str] = set()
+        #: Every key of the namespace, given to it before it can be written (:meth:`prefetch_counts`).
+        self.known = KeyFilter(state.store.count(NAMESPACE))
+        stored: list[bytes] = []
         for key, raw in state.store.items(NAMESPACE):
+            stored.append(key)
+            if len(stored) == _SCAN_CHUNK:
+                self._remember(stored)
+                stored = []
             if orjson.loads(raw)[0] >= config.min_docs:
                 self.learned.add(key)
+        self._remember(stored)
+
+    def _remember(self, keys: Sequence[bytes]) -> None:
+        if all(len(key) == 8 for key in keys):
+            self.known.add(as_words(b"".join(keys)))
+        else:  # not a key of this version (8 bytes): nothing can be told absent any more
+            self.known.saturate()
+
+    def prefetch_counts(self, keys: Sequence[bytes]) -> None:
+        """Read the counts of a batch's line keys with one multi-get, skipping keys never counted.
+
+        A key the filter was never given is not in the state (every key is given to it here,
+        before it is counted and written); the others are read.
+        """
+        if not keys:
+            return
+        words = as_words(b"".join(keys))
+        maybe = self.known.maybe_present(words)
+        self.state.prefetch(NAMESPACE, list(compress(keys, maybe)), list(compress(keys, ~maybe)))
+        self.known.add(words)
 
     def batch_lines(self, texts: Sequence[str], sources: Sequence[str | None]) -> list[TextLines]:
         """The lines of every text of a batch (``sources``: each text's), in one compiled call.

@@ -101,9 +101,20 @@ class StateView:
         self.hot.clear()
 
     # -- raw access -------------------------------------------------------------------------
-    def prefetch(self, namespace: str, keys: Sequence[bytes]) -> None:
-        """Load many keys with one multi-get (values already in the overlay or the cache are not read)."""
+    def prefetch(self, namespace: str, keys: Sequence[bytes], absent: Sequence[bytes] = ()) -> None:
+        """Load many keys with one multi-get (values already in the overlay or the cache are not read).
+
+        Args:
+            namespace: The namespace.
+            keys: Keys to read.
+            absent: Keys the caller knows the store does not hold: recorded as missing, not read
+                (as :meth:`mark_absent`; a value the overlay holds is kept).
+
+        """
         cache = self._cache[namespace]
+        if absent:
+            missing_keys = set(absent).difference(cache)
+            cache.update(dict.fromkeys(missing_keys))
         wanted = set(keys).difference(cache)  # a C loop over the keys (``set - dict.keys()`` loops over the dict)
         if not wanted:
             return
