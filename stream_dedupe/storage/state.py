@@ -169,6 +169,22 @@ class StateView:
             for key in keys:
                 decoded.pop(key, None)
 
+    def overlay(self, namespace: str) -> tuple[dict[bytes, bytes | None], dict[bytes, bytes | None]]:
+        """The batch's read cache and staged writes of a plain namespace, for a loop over many keys.
+
+        A key in the cache is answered from it (a missing key: :meth:`get`); a write goes into
+        both dicts, as :meth:`put` does. Saves two method calls a key in the boilerplate count
+        loop (about 0.5 us of ~1.4 us a line).
+
+        Raises:
+            ValueError: for a namespace with decoded values kept beside it (``docs``, ``exact``,
+                ``edges``, ``clusters``): use :meth:`get` and :meth:`put`.
+
+        """
+        if namespace == "docs" or namespace in _DECODED:
+            raise ValueError(f"namespace {namespace!r} keeps decoded values: use get() and put()")
+        return self._cache[namespace], self._writes[namespace]
+
     def staged(self, namespace: str, key: bytes) -> bool:
         """True if this batch wrote ``key`` (its value in the overlay is not the store's)."""
         return key in self._writes[namespace]
