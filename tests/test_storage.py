@@ -35,6 +35,23 @@ def test_overlay_holds_writes_until_commit(store: KVStore) -> None:
     assert store.get_many("docs", [b"y"]) == [None]
 
 
+def test_overlay_dicts_write_as_put_does_and_prefetch_marks_absent_keys(store: KVStore) -> None:
+    store.write({"boilerplate": {b"old": b"1", b"held": b"2"}})
+    view = StateView(store)
+    view.prefetch("boilerplate", [b"old"], absent=[b"new"])
+    cache, writes = view.overlay("boilerplate")
+    assert cache == {b"old": b"1", b"new": None}  # b"new" is answered without a read
+    cache[b"new"] = writes[b"new"] = b"3"
+    assert view.get("boilerplate", b"new") == b"3" and view.staged("boilerplate", b"new")
+    view.prefetch("boilerplate", [], absent=[b"new"])  # a staged value is kept
+    assert view.get("boilerplate", b"new") == b"3"
+    view.commit()
+    assert store.get_many("boilerplate", [b"new", b"held"]) == [b"3", b"2"]
+    for namespace in ("docs", "exact", "edges", "clusters"):
+        with pytest.raises(ValueError, match="decoded values"):
+            view.overlay(namespace)
+
+
 def test_rocks_state_survives_reopen_and_is_locked(tmp_path: Path) -> None:
     first = RocksStore(tmp_path / "s")
     first.write({"docs": {b"a": b"1"}})
