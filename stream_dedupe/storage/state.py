@@ -357,6 +357,7 @@ class StateView:
 
     def _put_id_list(self, namespace: str, key: bytes, ids: list[str]) -> None:
         self.put(namespace, key, dumps(ids) if ids else None)
+        self._decoded[namespace][key] = list(ids) if ids else None  # what reading it back decodes to
 
     def exact_group(self, content_hash: bytes) -> list[str]:
         """Ids of the documents whose normalized text has this hash (first: the indexed one)."""
@@ -377,7 +378,9 @@ class StateView:
 
     def put_edges(self, doc_id: str, edges: list[Edge]) -> None:
         """Replace a document's edges (empty deletes them)."""
-        self.put("edges", _key(doc_id), dumps(edges) if edges else None)
+        key = _key(doc_id)
+        self.put("edges", key, dumps(edges) if edges else None)
+        self._decoded["edges"][key] = [(o, float(s), bool(e)) for o, s, e in edges] if edges else None
 
     # -- union-find (ClusterStore protocol) --------------------------------------------------
     def get_parent(self, doc_id: str) -> str | None:
@@ -400,11 +403,9 @@ class StateView:
             self.put("clusters", _key(root), None)
             return
         c = info.canonical
-        self.put(
-            "clusters",
-            _key(root),
-            dumps([info.size, info.label, [c.doc_id, c.length, c.updated_at_us]]),
-        )
+        key = _key(root)
+        self.put("clusters", key, dumps([info.size, info.label, [c.doc_id, c.length, c.updated_at_us]]))
+        self._decoded["clusters"][key] = info
 
     def canonical_key(self, doc_id: str) -> CanonicalKey:
         """See :class:`~stream_dedupe.core.unionfind.ClusterStore`."""
