@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]' -c constraints.txt  # locked versions: tools/update-constraints.sh
-	$(BIN)/python -m stream_dedupe.warmup  # compile the numba kernels once, into their on-disk cache
+	$(BIN)/python -m stream_dedupe.warmup  # numba kernels into their cache, then the ahead-of-time module (core/aot.py)
 	touch $(STAMP)
 
 ## demo: dedupe the bundled example crawl into demo-out/ (events, canonical documents, clusters)

@@ -115,8 +115,11 @@ def warm_kernels(console: Output, params: DedupeParams) -> None:
     The first run after an install compiles them (numba, about a minute on a slow machine) and
     caches them on disk; later runs load them in well under a second.
     """
+    from stream_dedupe.core import jit
     from stream_dedupe.warmup import compiled_kernels, kernel_cache_dir, uncached_kernels, warm
 
+    if jit.aot_active():
+        return  # the ahead-of-time module: nothing to compile or load
     if uncached_kernels():
         console.out(
             "compiling the numba kernels (first run after an install only, up to a minute; "

@@ -96,8 +96,35 @@ def warm(params: DedupeParams | None = None) -> float:
     from stream_dedupe.core.bandindex import BandIndex
 
     BandIndex(2, 2, capacity=2)._grow()  # the rehash kernel runs only when a table grows
+    from stream_dedupe.core.lineform import ascii_form
+
+    ascii_form("a line learned as boilerplate")  # formed again only when a line is learned
     return time.perf_counter() - started
 
 
-if __name__ == "__main__":
+def main() -> None:
+    """``python -m stream_dedupe.warmup``: fill numba's cache, then build the ahead-of-time module.
+
+    A failed ahead-of-time build is a warning (the engine then uses numba's JIT, as without it).
+    """
+    from stream_dedupe.core import aot, jit
+    from stream_dedupe.errors import StreamDedupeError
+
+    jit.enable_numba()  # numba's own cache too: the fallback, and the kernels the module leaves out
     print(f"stream-dedupe kernels ready in {warm():.1f} s ({kernel_cache_dir()})")
+    if not aot.enabled_by_env():
+        return
+    if aot.load() is not None:
+        print(f"ahead-of-time kernels already built ({aot.cache_root() / aot.build_key()})")
+        return
+    started = time.perf_counter()
+    try:
+        path = aot.build()
+    except StreamDedupeError as exc:
+        print(f"warning: {exc}")
+        return
+    print(f"ahead-of-time kernels built in {time.perf_counter() - started:.1f} s ({path})")
+
+
+if __name__ == "__main__":
+    main()

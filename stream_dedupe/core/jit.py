@@ -8,6 +8,10 @@ is). :func:`enable` imports numba, compiles (or loads from numba's on-disk cache
 and rebinds the module globals to numba's dispatchers, so compiled kernels call each other
 natively and later calls pay no indirection.
 
+Where ``python -m stream_dedupe.warmup`` built the ahead-of-time module for this machine
+(:mod:`stream_dedupe.core.aot`), :func:`enable` loads it instead of numba (under a millisecond),
+and numba is imported only for a call that module cannot take.
+
 Every pure implementation gives the same results bit for bit (``tests/test_pure_kernels.py``
 checks them against the compiled kernels and against datasketch). Who enables numba: the
 signer, for a batch big enough to repay it (:func:`note_batch`), the command line for a big input
@@ -34,15 +38,16 @@ SIGN_DOCS = 64
 #: Kernel calls in pure mode after which numba is enabled anyway (a long run of tiny batches).
 PURE_CALLS = 4096
 
-#: ``STREAM_DEDUPE_JIT``: ``auto`` (default), ``on`` (numba from the first kernel call) or ``off``
-#: (pure unless :func:`enable` is called: for tests and measurements).
+#: ``STREAM_DEDUPE_JIT``: ``auto`` (default), ``on`` (numba from the first kernel call, never the
+#: ahead-of-time module) or ``off`` (pure unless :func:`enable` is called: for tests and measurements).
 MODE = os.environ.get("STREAM_DEDUPE_JIT", "auto")
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # enable_numba() may run inside a kernel call made under it
 _enabled = False
 _auto = MODE != "off"
 _pure_calls = 0
 _kernels: list[LazyKernel] = []
+_aot: dict[str, Any] | None = None  # the ahead-of-time module's exports while they are in use
 
 
 class LazyKernel:
@@ -59,6 +64,7 @@ class LazyKernel:
         self.py_func = py_func
         self.options = options
         self.pure = pure or py_func
+        self.twin = pure  # None: the kernel's own code is its pure form (valid where pure mode calls it)
         self.dispatcher: Any = None
         functools.update_wrapper(self, py_func)
 
@@ -97,6 +103,9 @@ def njit(func: Callable[..., Any] | None = None, /, *, pure: Callable[..., Any] 
         with _lock:
             _kernels.append(kernel)
             if _enabled:
+                if _aot is not None:
+                    _bind_aot(kernel, _aot)
+                    return kernel
                 return _compile(kernel)
         return kernel
 
@@ -137,24 +146,76 @@ def _compile(kernel: LazyKernel) -> Any:
 
 
 def enable() -> None:
-    """Import numba and switch every kernel (present and future) to its compiled form (idempotent).
+    """Switch every kernel (present and future) to its compiled form (idempotent).
 
-    Each kernel is compiled, or loaded from numba's cache, on its first call.
+    The ahead-of-time module built for this machine (:mod:`stream_dedupe.core.aot`) when there
+    is one: no numba import. Else numba: each kernel is compiled, or loaded from numba's cache,
+    on its first call.
     """
-    global _enabled
+    global _enabled, _aot
     if _enabled:
         return
     with _lock:
         if _enabled:
             return
-        _import_numba()
-        for kernel in _kernels:
-            _compile(kernel)
-        for kernel in _kernels:  # compiled callers resolve their callees through the module globals
-            module = sys.modules[kernel.py_func.__module__]
-            if getattr(module, kernel.py_func.__name__, None) is kernel:
-                setattr(module, kernel.py_func.__name__, kernel.dispatcher)
+        exports = _load_aot()
+        if exports is not None:
+            _aot = exports
+            for kernel in _kernels:
+                _bind_aot(kernel, exports)
+        else:
+            _enable_numba_locked()
         _enabled = True
+
+
+def enable_numba() -> None:
+    """Like :func:`enable`, with numba's dispatchers even where the ahead-of-time module has the kernel.
+
+    Called for a call that fits no exported signature, and to build that module.
+    """
+    global _enabled, _aot
+    with _lock:
+        if _enabled and _aot is None:
+            return
+        _enable_numba_locked()
+        _aot = None
+        _enabled = True
+
+
+def _enable_numba_locked() -> None:
+    _import_numba()
+    for kernel in _kernels:
+        _compile(kernel)
+    for kernel in _kernels:  # compiled callers resolve their callees through the module globals
+        module = sys.modules[kernel.py_func.__module__]
+        if getattr(module, kernel.py_func.__name__, None) is kernel:
+            setattr(module, kernel.py_func.__name__, kernel.dispatcher)
+
+
+def _load_aot() -> dict[str, Any] | None:
+    from stream_dedupe.core import aot
+
+    if not aot.enabled_by_env() or MODE == "on":
+        return None
+    return aot.load()
+
+
+def _bind_aot(kernel: LazyKernel, exports: dict[str, Any]) -> None:
+    from stream_dedupe.core.aot import AotKernel
+
+    def numba_call(*args: Any) -> Any:
+        enable_numba()
+        return kernel.dispatcher(*args)
+
+    found = exports.get(f"{kernel.py_func.__module__}:{kernel.py_func.__name__}")
+    # a misfit runs the pure twin when the kernel has one (a kernel without one may rely on numba's
+    # integer semantics: its own code is run pure only by callers that pure mode has too)
+    kernel.dispatcher = AotKernel(found or [], kernel.twin or numba_call, numba_call)
+
+
+def aot_active() -> bool:
+    """True while the kernels run from the ahead-of-time module (numba not imported for them)."""
+    return _enabled and _aot is not None
 
 
 def note_batch(docs: int) -> None:

@@ -170,8 +170,17 @@ def decode_signed(blob: bytes) -> tuple[bytes, Signed]:
     pos = _HEAD.size
     signature = shingles = None
     if flags & _HAS_SIGNATURE:
-        signature = np.frombuffer(blob, dtype="<u4", count=n_sig // 4, offset=pos).astype(np.uint32, copy=False)
+        signature = _u32_view(blob, n_sig // 4, pos)
     pos += n_sig
     if flags & _HAS_SHINGLES:
-        shingles = np.frombuffer(blob, dtype="<u4", count=n_sh // 4, offset=pos).astype(np.uint32, copy=False)
+        shingles = _u32_view(blob, n_sh // 4, pos)
     return fingerprint, Signed(content_hash, length, tokens, signature, shingles)
+
+
+def _u32_view(blob: bytes, count: int, offset: int) -> np.ndarray:
+    """``count`` uint32 at ``offset``, copied when the view would be unaligned.
+
+    The header is not a multiple of 4 bytes; the kernels are compiled for aligned arrays.
+    """
+    view = np.frombuffer(blob, dtype="<u4", count=count, offset=offset).astype(np.uint32, copy=False)
+    return view if view.flags.aligned else view.copy()

@@ -1,0 +1,150 @@
+"""The ahead-of-time kernels: built once, loaded without numba, the same events, a misfit never wrong."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+from bench.synth import generate
+from stream_dedupe.core import aot
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BUILD = """
+from stream_dedupe.core import aot
+print(aot.build())
+"""
+
+RUN = """
+import sys
+sys.argv = ["stream-dedupe", "dedupe", sys.argv[1], "--state", sys.argv[2], "--events", sys.argv[3], "--no-progress"]
+from stream_dedupe.cli import main
+try:
+    main()
+except SystemExit as exc:
+    assert not exc.code, exc.code
+from stream_dedupe.core import jit
+print(jit.aot_active(), "numba" in sys.modules)
+"""
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("STREAM_DEDUPE_JIT", "STREAM_DEDUPE_AOT")}
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A module built into a directory of its own (not the user cache `make` fills)."""
+    root = tmp_path_factory.mktemp("aot")
+    result = subprocess.run(
+        [sys.executable, "-c", BUILD],
+        capture_output=True,
+        text=True,
+        env=_env(STREAM_DEDUPE_AOT_DIR=str(root)),
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    assert (root / aot.build_key() / "manifest.json").exists()
+    return root
+
+
+def test_a_run_loads_the_module_without_numba_and_decides_the_same(built: Path, tmp_path: Path) -> None:
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in generate(3000, 4, 0.3)))  # > 4 MB: compiled
+    outputs = {}
+    for label, env in (("aot", _env(STREAM_DEDUPE_AOT_DIR=str(built))), ("numba", _env(STREAM_DEDUPE_AOT="0"))):
+        events = tmp_path / f"{label}.jsonl"
+        result = subprocess.run(
+            [sys.executable, "-c", RUN, str(corpus), str(tmp_path / f"state-{label}"), str(events)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=600,
+        )
+        assert result.returncode == 0, result.stderr
+        outputs[label] = (result.stdout.split()[-2:], events.read_bytes())
+    assert outputs["aot"][0] == ["True", "False"]  # the module's kernels, numba never imported
+    assert outputs["numba"][0] == ["False", "True"]
+    assert outputs["aot"][1] == outputs["numba"][1]
+    assert b'"duplicate-of"' in outputs["aot"][1]
+
+
+def test_another_machine_or_code_finds_no_module(built: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert aot.load(built) is not None
+    monkeypatch.setattr(aot, "_cpu_identity", lambda: "another cpu")
+    assert aot.load(built) is None
+
+
+def test_arguments_that_fit_no_export_run_the_pure_twin_then_numba(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+
+    def export(*args: object) -> str:
+        calls.append("export")
+        return "export"
+
+    def pure(*args: object) -> str:
+        calls.append("pure")
+        return "pure"
+
+    def numba(*args: object) -> str:
+        calls.append("numba")
+        return "numba"
+
+    monkeypatch.setattr(aot.AotKernel, "misfits", 0)
+    monkeypatch.setattr(aot, "MISFITS", 2)
+    kernel = aot.AotKernel([(export, [["a", "<u4", 1], ["i"]])], pure, numba)
+    aligned = np.arange(4, dtype=np.uint32)
+    unaligned = np.frombuffer(b"\0" + aligned.tobytes(), dtype="<u4", count=4, offset=1)
+    assert not unaligned.flags.aligned
+    assert kernel(aligned, 3) == "export"
+    assert kernel(unaligned, 3) == "pure"  # an unaligned view
+    assert kernel(aligned.astype(np.int64), 3) == "pure"  # another dtype
+    assert kernel(aligned, True) == "numba"  # a bool is not an int64, and the third misfit goes to numba
+    assert kernel(aligned[::2], 3) == "numba"  # not contiguous
+    assert kernel(aligned, 1 << 63) == "numba"  # out of int64's range
+    assert calls == ["export", "pure", "pure", "numba", "numba", "numba"]
+
+
+def test_decoded_signatures_are_aligned_for_the_kernels() -> None:
+    from stream_dedupe.config import DedupeParams
+    from stream_dedupe.core.signer import Signer, decode_signed
+
+    signer = Signer(DedupeParams())
+    signed = signer.sign([" ".join(f"word{i}" for i in range(40))])[0]
+    _, decoded = decode_signed(signer.encode(signed))
+    assert decoded.signature is not None and decoded.shingle_set is not None
+    assert decoded.signature.flags.aligned and decoded.shingle_set.flags.aligned
+    assert np.array_equal(decoded.signature, signed.signature)
+
+
+def test_the_kernel_oracles_also_hold_under_numba() -> None:
+    """This process runs the ahead-of-time kernels when `make` built them; numba's are checked too."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_pure_kernels.py",
+            "tests/test_line_keys.py",
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(STREAM_DEDUPE_AOT="0"),
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert " passed" in result.stdout and "failed" not in result.stdout
