@@ -13,6 +13,8 @@ from collections import Counter
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from stream_dedupe.core import jit
+
 if TYPE_CHECKING:
     from stream_dedupe.config import DedupeParams
     from stream_dedupe.consoles import Output
@@ -115,7 +117,6 @@ def warm_kernels(console: Output, params: DedupeParams) -> None:
     The first run after an install compiles them (numba, about a minute on a slow machine) and
     caches them on disk; later runs load them in well under a second.
     """
-    from stream_dedupe.core import jit
     from stream_dedupe.warmup import compiled_kernels, kernel_cache_dir, uncached_kernels, warm
 
     if jit.aot_active():
@@ -159,6 +160,7 @@ def summary_rows(result: RunResult, clusters: ClusterSummary, engine: DedupeEngi
         ("hot-bucket skips", f"{engine.counters['hot_bucket_skips']:,}"),
         ("boilerplate lines stripped", f"{engine.counters['boilerplate_lines_stripped']:,}"),
         ("docs/s", f"{result.lines / result.seconds if result.seconds else 0.0:,.0f}"),
+        ("kernels (ahead-of-time, numba or pure)", jit.kernel_mode()),
     ]
     if result.resumed_from:
         rows.insert(1, ("resumed after line", f"{result.resumed_from:,}"))

@@ -73,6 +73,8 @@ def test_a_run_loads_the_module_without_numba_and_decides_the_same(built: Path, 
         )
         assert result.returncode == 0, result.stderr
         outputs[label] = (result.stdout.split()[-2:], events.read_bytes())
+        summary_row = [line.split() for line in result.stderr.splitlines() if line.strip().startswith("kernels")]
+        assert summary_row and summary_row[0][-1] == ("ahead-of-time" if label == "aot" else "numba")
     assert outputs["aot"][0] == ["True", "False"]  # the module's kernels, numba never imported
     assert outputs["numba"][0] == ["False", "True"]
     assert outputs["aot"][1] == outputs["numba"][1]

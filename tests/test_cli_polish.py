@@ -219,9 +219,10 @@ def test_progress_without_a_terminal_is_whole_lines(tmp_path: Path) -> None:
     assert not set("┌│├└") & set(result.stderr)  # the summary is plain text, not a table drawn for 80 columns
     summary = lines[lines.index("stream-dedupe summary") + 1 :]
     rows = dict(match.groups() for line in summary if (match := re.match(r"^  (.+?)  +(\S+)$", line)))
-    assert len(rows) == len(summary) == 19, summary  # every line after the title is one row: what, value
+    assert len(rows) == len(summary) == 20, summary  # every line after the title is one row: what, value
     assert rows["input lines"] == "402" and rows["invalid"] == "2" and rows["  of which exact"].isdigit()
     assert rows["representatives (the deduped set)"] == "291" and rows["dropped rate"].endswith("%")
+    assert rows["kernels (ahead-of-time, numba or pure)"] == "pure"  # the sample is small: numba is never imported
     assert len({len(line) for line in summary}) == 1  # values aligned on the right
     for line in lines[: -len(summary) - 1]:  # nothing else: a wrapped line would leave a fragment here
         assert PROGRESS_LINE.match(line) or "compil" in line, line

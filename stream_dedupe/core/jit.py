@@ -213,6 +213,13 @@ def _bind_aot(kernel: LazyKernel, exports: dict[str, Any]) -> None:
     kernel.dispatcher = AotKernel(found or [], kernel.twin or numba_call, numba_call)
 
 
+def kernel_mode() -> str:
+    """How the kernels run in this process: ``ahead-of-time``, ``numba`` or ``pure``."""
+    if not _enabled:
+        return "pure"
+    return "ahead-of-time" if _aot is not None else "numba"
+
+
 def aot_active() -> bool:
     """True while the kernels run from the ahead-of-time module (numba not imported for them)."""
     return _enabled and _aot is not None
