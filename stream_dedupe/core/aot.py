@@ -124,7 +124,7 @@ def _writable(numba_type: Any) -> Any:
 def build(root: Path | None = None) -> Path:
     """Compile every kernel signature of the ``dedupe`` path into one module; return its directory.
 
-    Takes numba's compile time (~1 min on 2 cores) and a C compiler (``numba.pycc`` links with
+    Takes numba's compile time (11-15 s measured on 2 cores) and a C compiler (``numba.pycc`` links with
     the one Python was built with).
 
     Raises:

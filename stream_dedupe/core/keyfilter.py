@@ -1,7 +1,7 @@
 """Which 8-byte hash keys a namespace cannot hold: a growable blocked Bloom filter, in numpy.
 
 Learned boilerplate reads the count of every distinct line of every document (about 30 per
-page), and most lines have never been seen: on 20 Newsgroups 87% of those reads find nothing.
+page), and most lines have never been seen: on 20 Newsgroups 86% of those reads find nothing.
 Each read still costs a RocksDB multi-get slot and a Python object (~0.6 us). The keys are
 already 64-bit MurmurHash3 values, so a filter over them needs no hashing of its own: a key the
 filter has never been given is certainly absent, and its read is skipped; a key it may hold is
@@ -27,7 +27,8 @@ import numpy as np
 BITS_PER_KEY = 10
 #: Keys the first filter holds at least.
 MIN_CAPACITY = 1 << 16
-#: Memory bound of all filters together (about 50 million keys); beyond it nothing is filtered.
+#: Memory bound of all filters together (about 30 million keys, the tables doubling); beyond it
+#: nothing is filtered.
 MAX_BYTES = 64 << 20
 _FIELDS = (32, 38, 44, 50, 56)  # five 6-bit fields of the high half of a key
 
@@ -56,7 +57,7 @@ class KeyFilter:
 
     def __init__(self, expected: int = 0) -> None:
         self._tables: list[np.ndarray] = []
-        self._held: list[int] = []  # keys added to each table
+        self._held = 0  # keys added to the newest table
         self._capacity = 0  # keys the newest table is sized for
         self.saturated = False
         self._grow(max(MIN_CAPACITY, 2 * expected))
@@ -70,7 +71,7 @@ class KeyFilter:
         """Stop filtering: every key may be present from now on (the memory is freed)."""
         self.saturated = True
         self._tables = []
-        self._held = []
+        self._held = 0
 
     def _grow(self, capacity: int) -> None:
         words = 1 << max(0, int(np.ceil(np.log2(capacity * BITS_PER_KEY / 64))))
@@ -78,21 +79,21 @@ class KeyFilter:
             self.saturate()
             return
         self._tables.append(np.zeros(words, dtype=np.uint64))
-        self._held.append(0)
+        self._held = 0
         self._capacity = capacity
 
     def add(self, words: np.ndarray) -> None:
         """Add keys (:func:`as_words`); duplicates and keys already held are fine."""
         if self.saturated or words.shape[0] == 0:
             return
-        if self._held[-1] + words.shape[0] > self._capacity:
+        if self._held + words.shape[0] > self._capacity:
             self._grow(2 * max(self._capacity, words.shape[0]))
             if self.saturated:
                 return
         table = self._tables[-1]
         index = (words & np.uint64(0xFFFFFFFF)) & np.uint64(table.shape[0] - 1)
         np.bitwise_or.at(table, index, _masks(words))
-        self._held[-1] += words.shape[0]
+        self._held += words.shape[0]
 
     def maybe_present(self, words: np.ndarray) -> np.ndarray:
         """Per key (:func:`as_words`): False if it was certainly never added, else True."""
