@@ -150,3 +150,20 @@ def test_the_kernel_oracles_also_hold_under_numba() -> None:
     )
     assert result.returncode == 0, result.stdout[-3000:]
     assert " passed" in result.stdout and "failed" not in result.stdout
+
+
+def test_numpy_scalars_and_each_spec_kind_fit_their_exports(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(aot.AotKernel, "misfits", 0)
+    kernel = aot.AotKernel(
+        [(lambda *args: "export", [["a", "<u8", 2], ["i"], ["b"], ["f"]])], lambda *a: "pure", lambda *a: "numba"
+    )
+    matrix = np.zeros((2, 3), dtype=np.uint64)
+    assert kernel(matrix, np.int64(-5), np.bool_(True), np.float32(0.5)) == "export"
+    assert kernel(matrix, 7, False, 1.0) == "export"
+    before = aot.AotKernel.misfits
+    assert kernel(matrix.T, 7, False, 1.0) == "pure"  # a transposed view is not C-contiguous
+    assert kernel(matrix[0], 7, False, 1.0) == "pure"  # one rank short
+    assert kernel(matrix, 7.0, False, 1.0) == "pure"  # a float where an int64 goes
+    assert kernel(matrix, 7, 1, 1.0) == "pure"  # an int where a bool goes
+    assert kernel(matrix, 7, False) == "pure"  # an argument short
+    assert aot.AotKernel.misfits == before + 5

@@ -62,3 +62,28 @@ def test_rocks_state_survives_reopen_and_is_locked(tmp_path: Path) -> None:
     assert again.get_many("docs", [b"a"]) == [b"1"]
     assert again.disk_bytes() > 0
     again.close()
+
+
+def test_rocks_writes_keys_in_bytewise_order_and_stores_every_one(tmp_path: Path) -> None:
+    import random
+
+    from stream_dedupe.storage.rocks import in_key_order
+
+    rng = random.Random(5)
+    # 8-byte keys (the numpy path), including the extremes of the big-endian order
+    eight = [rng.randbytes(8) for _ in range(2000)] + [b"\x00" * 8, b"\xff" * 8, b"\x80" + b"\x00" * 7]
+    assert list(in_key_order(dict.fromkeys(eight))) == sorted(eight)
+    # keys of other lengths (sorted's path): a prefix sorts first, as RocksDB's comparator has it
+    mixed = [b"ab", b"a", b"abc", b"\x00", b"b" * 9, *eight[:300]]
+    assert list(in_key_order(dict.fromkeys(mixed))) == sorted(mixed)
+
+    store = RocksStore(tmp_path / "state")
+    ops: dict[bytes, bytes | None] = {key: key[::-1] for key in eight}
+    ops[eight[0]] = None  # a delete among the puts
+    store.write({"boilerplate": {eight[0]: b"before"}})
+    store.write({"boilerplate": ops, "docs": {b"b": b"2", b"a": b"1"}})
+    stored = dict(store.items("boilerplate"))
+    assert stored == {key: key[::-1] for key in eight[1:]}
+    assert list(stored) == sorted(eight[1:])
+    assert dict(store.items("docs")) == {b"a": b"1", b"b": b"2"}
+    store.close()

@@ -11,10 +11,12 @@ file's compression in the file), so no state format version is involved.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import operator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
+import numpy as np
 from rocksdict import BlockBasedOptions, Cache, DBCompactionStyle, DBCompressionType, Options, Rdict, WriteBatch
 
 from stream_dedupe.errors import StateError
@@ -75,6 +77,24 @@ def _options(namespace: str | None = None, cache: Any = None, memtable_bloom: bo
     return opts
 
 
+def in_key_order(ops: Mapping[bytes, bytes | None]) -> Sequence[bytes]:
+    """The keys of ``ops`` in RocksDB's (bytewise) order, for one batch's memtable inserts.
+
+    A batch of 8-byte keys (boilerplate lines: most of a batch's keys on mail) is ordered by
+    numpy as big-endian integers, the same order as bytewise: 2.2 ms against ``sorted``'s 3.7 ms
+    for 12,000 keys (``itemgetter`` with at least :data:`_NUMPY_SORT_KEYS` keys returns a tuple).
+    """
+    keys = list(ops)
+    if len(keys) < _NUMPY_SORT_KEYS or set(map(len, keys)) != {8}:
+        return sorted(keys)
+    order = np.frombuffer(b"".join(keys), dtype=">u8").argsort()
+    return operator.itemgetter(*order.tolist())(keys)  # type: ignore[no-any-return]
+
+
+#: Batches with fewer keys than this are ordered by ``sorted`` (numpy's set-up costs more).
+_NUMPY_SORT_KEYS = 256
+
+
 class RocksStore:
     """A RocksDB database with one column family per namespace.
 
@@ -124,7 +144,12 @@ class RocksStore:
         wb = WriteBatch(raw_mode=True)
         for namespace, ops in batch.items():
             handle = self._handles[namespace]
-            for key, value in ops.items():
+            # In key order: each memtable insert then lands beside the one before it in the skip
+            # list, which is 1.4-1.9x faster than random order for a batch's ~10k random keys
+            # (BENCHMARKS.md, "RocksDB writes in key order"); the keys of a namespace are distinct,
+            # so the order changes nothing stored.
+            for key in in_key_order(ops):
+                value = ops[key]
                 if value is None:
                     wb.delete(key, handle)
                 else:

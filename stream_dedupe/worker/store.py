@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from stream_dedupe.storage.base import NAMESPACES, WriteSet
+from stream_dedupe.storage.rocks import in_key_order
 from stream_dedupe.worker import faust_compat
 from stream_dedupe.worker.produce import send_batches
 from stream_dedupe.worker.sizes import FRAMING, TopicLimits, record_bytes
@@ -200,7 +201,8 @@ class FaustTableStore:
 
         for namespace, ops in batch.items():
             writes = WriteBatch(raw_mode=True)  # one atomic RocksDB write per table
-            for key, value in ops.items():
+            for key in in_key_order(ops):  # faster memtable inserts (see in_key_order)
+                value = ops[key]
                 if value is None:
                     writes.delete(key)
                 else:
