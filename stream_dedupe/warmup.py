@@ -114,6 +114,8 @@ def main() -> None:
     print(f"stream-dedupe kernels ready in {warm():.1f} s ({kernel_cache_dir()})")
     if not aot.enabled_by_env():
         return
+    for stale in aot.prune():
+        print(f"removed ahead-of-time kernels unused for {aot.STALE_DAYS} days ({stale})")
     if aot.load() is not None:
         print(f"ahead-of-time kernels already built ({aot.cache_root() / aot.build_key()})")
         return

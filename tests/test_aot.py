@@ -167,3 +167,52 @@ def test_numpy_scalars_and_each_spec_kind_fit_their_exports(monkeypatch: pytest.
     assert kernel(matrix, 7, 1, 1.0) == "pure"  # an int where a bool goes
     assert kernel(matrix, 7, False) == "pure"  # an argument short
     assert aot.AotKernel.misfits == before + 5
+
+
+def test_prune_removes_modules_unused_for_the_stale_days_and_nothing_else(tmp_path: Path) -> None:
+    now = 1_900_000_000.0
+    day = 86400.0
+
+    def module(name: str, age_days: float) -> Path:
+        directory = tmp_path / name
+        directory.mkdir()
+        (directory / "manifest.json").write_text("{}")
+        os.utime(directory / "manifest.json", (now - age_days * day, now - age_days * day))
+        return directory
+
+    current = module("a" * 24, 400)  # this code's key: kept however old
+    stale = module("b" * 24, aot.STALE_DAYS + 1)
+    recent = module("c" * 24, aot.STALE_DAYS - 1)  # another checkout's or Python's, still in use
+    unfinished = tmp_path / ("d" * 24)
+    unfinished.mkdir()  # no manifest: a build in progress elsewhere
+    other = module("not-a-key", 400)
+    (tmp_path / ("e" * 24)).write_text("a file")
+
+    assert aot.prune(tmp_path, keep=current.name, now=now) == [stale]
+    assert not stale.exists()
+    assert current.exists() and recent.exists() and unfinished.exists() and other.exists()
+    assert (tmp_path / ("e" * 24)).exists()
+    assert aot.prune(tmp_path / "missing", keep="x", now=now) == []
+
+
+def test_loading_a_module_marks_it_used(built: Path) -> None:
+    manifest = built / aot.build_key() / "manifest.json"
+    old = manifest.stat().st_mtime - 10 * 86400
+    os.utime(manifest, (old, old))
+    assert aot.load(built) is not None
+    assert manifest.stat().st_mtime > old + 9 * 86400
+    recent = manifest.stat().st_mtime - 3600  # marked under a day ago: not written again
+    os.utime(manifest, (recent, recent))
+    assert aot.load(built) is not None
+    assert manifest.stat().st_mtime == recent
+    assert aot.prune(built, keep="0" * 24) == []  # a module in use is never stale
+
+
+def test_make_rebuilds_the_kernels_when_any_kernel_module_changes() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    line = next(x for x in makefile.splitlines() if x.startswith("KERNEL_SOURCES"))
+    listed = set(line.split(",", 1)[1].rstrip(")").split())
+    assert listed == {name.rsplit(".", 1)[-1] + ".py" for name in aot.KERNEL_MODULES}
+    assert all(name.startswith("stream_dedupe.core.") for name in aot.KERNEL_MODULES)
+    assert "$(KERNELS): $(STAMP) $(KERNEL_SOURCES)" in makefile
+    assert "\ntest: $(KERNELS)" in makefile

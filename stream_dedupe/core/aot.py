@@ -25,7 +25,10 @@ import importlib.util
 import json
 import os
 import platform
+import re
+import shutil
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,6 +48,12 @@ _MANIFEST = "manifest.json"
 #: Bumped when what :func:`build` writes changes (part of the key).
 FORMAT = b"aot-1"
 Spec = list[Any]  # ["a", dtype str, ndim] | ["i"] | ["b"] | ["f"]
+#: A built module that no process loaded for this long is removed by the next
+#: ``python -m stream_dedupe.warmup`` (another version's kernels, another Python's: ~860 KB each).
+STALE_DAYS = 30
+#: A load marks its module as used (the manifest's mtime) at most this often.
+_MARK_SECONDS = 24 * 3600
+_KEY_NAME = re.compile(r"[0-9a-f]{24}")
 
 
 def enabled_by_env() -> bool:
@@ -166,7 +175,6 @@ def build(root: Path | None = None) -> Path:
             export = f"{kernel.py_func.__module__.rsplit('.', 1)[-1]}__{kernel.py_func.__name__}__{len(seen)}"
             cc.export(export, signature(_writable(sig.return_type), *args))(kernel.py_func)
             manifest.setdefault(qualified, []).append((export, [s for s in specs if s is not None]))
-    import shutil
     import tempfile
 
     root = root or cache_root()
@@ -294,7 +302,50 @@ def load(root: Path | None = None) -> dict[str, list[tuple[Callable[..., Any], l
         except ImportError:
             return None
         sys.modules[name] = module
+    _mark_used(directory / _MANIFEST)
     return {
         qualified: [(getattr(module, export), specs) for export, specs in exports]
         for qualified, exports in manifest["kernels"].items()
     }
+
+
+def _mark_used(manifest: Path) -> None:
+    """Set the manifest's mtime to now when it is over a day old (a read-only cache is left as is)."""
+    try:
+        if time.time() - manifest.stat().st_mtime > _MARK_SECONDS:
+            os.utime(manifest)
+    except OSError:
+        pass
+
+
+def prune(root: Path | None = None, keep: str | None = None, now: float | None = None) -> list[Path]:
+    """Remove the built modules under ``root`` that no process loaded for :data:`STALE_DAYS`.
+
+    Args:
+        root: The cache directory (default: :func:`cache_root`).
+        keep: A key never removed (default: this machine and code's, :func:`build_key`).
+        now: The time to measure ages from (default: now).
+
+    Returns:
+        The directories removed. Entries that are not a built module are left alone.
+
+    """
+    root = root or cache_root()
+    keep = keep or build_key()
+    now = time.time() if now is None else now
+    removed: list[Path] = []
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        if entry.name == keep or not _KEY_NAME.fullmatch(entry.name) or not entry.is_dir():
+            continue
+        try:
+            age = now - (entry / _MANIFEST).stat().st_mtime
+        except OSError:
+            continue
+        if age > STALE_DAYS * 86400:
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
