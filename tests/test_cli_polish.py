@@ -280,8 +280,10 @@ def test_first_run_says_it_compiles_the_kernels_and_the_second_loads_them(tmp_pa
 
 def test_make_warms_the_kernels_after_installing() -> None:
     makefile = (REPO / "Makefile").read_text()
-    recipe = makefile.split("$(STAMP): pyproject.toml", 1)[1].split("\n\n", 1)[0]
+    recipe = makefile.split("$(KERNELS): $(STAMP)", 1)[1].split("\n\n", 1)[0]  # after the install, before any use
     assert "stream_dedupe.warmup" in recipe
+    for target in ("demo", "test", "bench", "bench-peers", "bench-worker", "bench-scale", "bench-scale-out"):
+        assert f"\n{target}: $(KERNELS)" in makefile, target
 
 
 def test_warmup_module_compiles_into_the_given_cache(tmp_path: Path) -> None:
