@@ -133,7 +133,7 @@ def _writable(numba_type: Any) -> Any:
 def build(root: Path | None = None) -> Path:
     """Compile every kernel signature of the ``dedupe`` path into one module; return its directory.
 
-    Takes numba's compile time (11-15 s measured on 2 cores) and a C compiler (``numba.pycc`` links with
+    Takes numba's compile time (11-17 s measured on 2 cores) and a C compiler (``numba.pycc`` links with
     the one Python was built with).
 
     Raises:
@@ -225,7 +225,6 @@ class AotKernel:
         pure: Callable[..., Any],
         fallback: Callable[..., Any],
     ) -> None:
-        self.exports = exports
         self.pure = pure
         self.fallback = fallback
         self._checked = [(function, _compiled(specs)) for function, specs in exports]
@@ -254,7 +253,7 @@ _INT64 = range(-(1 << 63), 1 << 63)
 
 
 def _fits(args: tuple[Any, ...], checks: tuple[_Check, ...]) -> bool:
-    """True if ``args`` have exactly the exported types (about 0.3 us an argument: it runs per call)."""
+    """True if ``args`` have exactly the exported types (it runs per call: 1.3 us for two arrays)."""
     if len(args) != len(checks):
         return False
     for value, check in zip(args, checks, strict=True):
