@@ -22,7 +22,8 @@ import orjson
 
 from stream_dedupe.core.engine import DedupeEngine
 from stream_dedupe.core.events import Event
-from stream_dedupe.core.records import Deletion, Document, Invalid, Record, parse_document
+from stream_dedupe.core.linepack import unpack_lines
+from stream_dedupe.core.records import Deletion, Document, Invalid, Record, parse_line
 from stream_dedupe.inputs import InputLine, identity, read_lines
 from stream_dedupe.storage.base import KVStore
 from stream_dedupe.storage.state import StateView
@@ -30,8 +31,9 @@ from stream_dedupe.storage.state import StateView
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
+    from stream_dedupe.core.boilerplate import TextLines
     from stream_dedupe.core.signer import Signed
-    from stream_dedupe.sign_pool import SignPool
+    from stream_dedupe.sign_pool import PreparedLines, SignPool
 
 _RUN_KEY = b"run"
 
@@ -137,13 +139,15 @@ def run(
         for file_index in range(start_file, len(sources)):
             skip = start_line if file_index == start_file else 0
             path, deletions = sources[file_index]
-            batches = _batches(read_lines(path, skip), batch_size, max_doc_bytes, deletions)
+            lines = read_lines(path, skip)
             if pool is not None and not deletions:
-                batches = _signed_elsewhere(engine, pool, batches)
+                batches = _prepared_elsewhere(engine, pool, lines, batch_size, max_doc_bytes)
+            else:
+                batches = _batches(lines, batch_size, max_doc_bytes, deletions)
             consumed = skip
-            for batch, records, signed in batches:
+            for batch, records, signed, text_lines in batches:
                 origins = [{"source": item.source, "line": item.line} for item in batch]
-                events = engine.process(records, origins, signed)
+                events = engine.process(records, origins, signed, text_lines)
                 _write(events_out, events)
                 for event in events:
                     result.counters[event["event"]] += 1
@@ -166,43 +170,45 @@ def run(
     return result
 
 
-#: A batch of input lines, their records, and (when signed by a worker process) their signatures.
-_Batch = tuple[list[InputLine], list[Record], list["Signed | None"] | None]
+#: A batch of input lines, their records, and (when a worker process prepared them) their
+#: signatures and boilerplate lines.
+_Batch = tuple[list[InputLine], list[Record], list["Signed | None"] | None, list["TextLines | None"] | None]
 
 
 def _batches(lines: Iterator[InputLine], n: int, max_doc_bytes: int, deletions: bool) -> Iterator[_Batch]:
+    for batch in _chunks(lines, n):
+        records: list[Record] = []
+        for item in batch:
+            records.append(_deletion(item.raw) if deletions else parse_line(item.raw, max_doc_bytes))
+        yield batch, records, None, None
+
+
+def _chunks(lines: Iterator[InputLine], n: int) -> Iterator[list[InputLine]]:
     while True:
         batch = list(islice(lines, n))
         if not batch:
             return
-        records: list[Record] = []
-        for item in batch:
-            if deletions:
-                records.append(_deletion(item.raw))
-            elif item.raw.strip():
-                records.append(parse_document(item.raw, max_doc_bytes))
-            else:
-                records.append(Invalid("not-json", "empty line (every line must be one JSON document)"))
-        yield batch, records, None
+        yield batch
 
 
-def _signed_elsewhere(engine: DedupeEngine, pool: SignPool, batches: Iterator[_Batch]) -> Iterator[_Batch]:
-    """The batches, in order, each with the records the pool signed its documents into.
+def _prepared_elsewhere(
+    engine: DedupeEngine, pool: SignPool, lines: Iterator[InputLine], n: int, max_doc_bytes: int
+) -> Iterator[_Batch]:
+    """The batches, in order, each parsed, signed and split into boilerplate lines by the pool.
 
-    While this process decides batch ``k``, the workers sign the next ones (``pool.workers``
-    batches read ahead). A batch that no worker could take in time (a worker is still busy, or
-    descheduled on a loaded machine) is signed here instead, by the engine (no signatures are
-    given for it), so a slow worker never stalls the decisions for more than one batch.
+    While this process decides batch ``k``, the workers prepare the next ones (``pool.workers``
+    batches read ahead): this process only decides. A batch that no worker could take in time (a
+    worker is still busy, or descheduled on a loaded machine) is parsed here and signed by the
+    engine instead, so a slow worker never stalls the decisions for more than one batch.
     """
     ahead: deque[_Ahead] = deque()
-    source = iter(batches)
+    source = _chunks(lines, n)
     while True:
         while len(ahead) <= pool.workers:
-            item = next(source, None)
-            if item is None:
+            batch = next(source, None)
+            if batch is None:
                 break
-            batch, records, _ = item
-            ahead.append(_Ahead(batch, records, [r.text for r in records if isinstance(r, Document)]))
+            ahead.append(_Ahead(batch))
         if not ahead:
             return
         front = ahead.popleft()
@@ -210,24 +216,42 @@ def _signed_elsewhere(engine: DedupeEngine, pool: SignPool, batches: Iterator[_B
         for later in ahead:
             if busy >= pool.workers:
                 break
-            if later.future is None and later.texts:
-                later.future = pool.submit(engine.signer, later.texts)
+            if later.future is None:
+                raws = [item.raw if len(item.raw) <= max_doc_bytes else None for item in later.batch]
+                later.future = pool.submit_lines(engine.params, raws, max_doc_bytes)
                 busy += 1
-        if front.future is None:
-            yield front.batch, front.records, None  # signed by the engine, here
+        if front.future is None:  # parsed here, signed by the engine
+            yield front.batch, [parse_line(item.raw, max_doc_bytes) for item in front.batch], None, None
             continue
-        signed = iter(pool.result(engine.signer, front.future))
-        yield front.batch, front.records, [next(signed) if isinstance(r, Document) else None for r in front.records]
+        yield _unpacked(engine, front.batch, pool.outcome(front.future), max_doc_bytes)
+
+
+def _unpacked(engine: DedupeEngine, batch: list[InputLine], prepared: PreparedLines, max_doc_bytes: int) -> _Batch:
+    """A batch's records, signatures and lines from what a worker returned for it (sign_pool._prepare)."""
+    fields, blobs, packed = prepared
+    records: list[Record] = []
+    for item, got in zip(batch, fields, strict=True):
+        if got is None:  # not sent: oversize
+            records.append(parse_line(item.raw, max_doc_bytes))
+        elif type(got) is tuple:
+            doc_id, text, updated_at_us, source, title = got
+            records.append(Document(doc_id, text, updated_at_us, source, item.raw, title))
+        else:
+            records.append(got)
+    signatures = iter([engine.signer.decode(blob) for blob in blobs])
+    signed = [next(signatures) if isinstance(r, Document) else None for r in records]
+    if packed is None:
+        return batch, records, signed, None
+    each = iter(unpack_lines(packed))
+    return batch, records, signed, [next(each) if isinstance(r, Document) else None for r in records]
 
 
 @dataclass
 class _Ahead:
-    """A batch read ahead: its documents' texts, and the pool's work on them once submitted."""
+    """A batch read ahead, and the pool's work on it once submitted."""
 
     batch: list[InputLine]
-    records: list[Record]
-    texts: list[str]
-    future: Future[list[bytes]] | None = None
+    future: Future[PreparedLines] | None = None
 
 
 def _deletion(raw: bytes) -> Record:

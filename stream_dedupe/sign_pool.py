@@ -30,10 +30,13 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from stream_dedupe.config import DedupeParams
 from stream_dedupe.core import jit
+from stream_dedupe.core.boilerplate import text_lines
+from stream_dedupe.core.linepack import PackedLines, pack_lines
+from stream_dedupe.core.records import Document, parse_line
 from stream_dedupe.core.signer import Signed, Signer
 from stream_dedupe.errors import StreamDedupeError
 
@@ -45,6 +48,7 @@ if TYPE_CHECKING:  # concurrent.futures and multiprocessing: imported only when 
 POOL_BYTES = jit.INPUT_BYTES
 
 _signers: dict[DedupeParams, Signer] = {}
+T = TypeVar("T")
 _DIED = (
     "a signing worker process died (killed, or out of memory?); the state is consistent up to the last "
     "committed batch: run the same command again to resume (--jobs 1 signs in one process)"
@@ -137,11 +141,41 @@ def _warm_up() -> int:
     return os.getpid()
 
 
-def _sign(params: DedupeParams, texts: list[str]) -> list[bytes]:
+def _signer(params: DedupeParams) -> Signer:
     signer = _signers.get(params)
     if signer is None:
         signer = _signers[params] = Signer(params)
+    return signer
+
+
+def _sign(params: DedupeParams, texts: list[str]) -> list[bytes]:
+    signer = _signer(params)
     return [signer.encode(s) for s in signer.sign(texts)]
+
+
+#: What a worker returns for a batch of input lines (:meth:`SignPool.submit_lines`): per line a
+#: document's fields ``(id, text, updated_at_us, source, title)``, or its record when it is not a
+#: document, or None for a line it was not given; the documents' encoded signatures; and their
+#: boilerplate lines, packed, when the parameters learn boilerplate.
+PreparedLines = tuple[list[Any], list[bytes], PackedLines | None]
+
+
+def _prepare(params: DedupeParams, raws: list[bytes | None], max_doc_bytes: int) -> PreparedLines:
+    """Parse, sign and split into boilerplate lines a batch of input lines (None: a line kept by the parent)."""
+    out: list[Any] = []
+    docs: list[Document] = []
+    for raw in raws:
+        record = None if raw is None else parse_line(raw, max_doc_bytes)
+        if isinstance(record, Document):
+            docs.append(record)
+            out.append((record.doc_id, record.text, record.updated_at_us, record.source, record.title))
+        else:
+            out.append(record)
+    texts = [d.text for d in docs]
+    blobs = _sign(params, texts)
+    learn = params.boilerplate
+    packed = pack_lines(text_lines(texts, [d.source for d in docs], learn.min_tokens)) if learn.learn else None
+    return out, blobs, packed
 
 
 #: How often a wait for a signing worker checks that the worker is still alive.
@@ -208,8 +242,35 @@ class SignPool:
         except BrokenProcessPool as exc:
             raise SignPoolError(_DIED) from exc
 
+    def submit_lines(self, params: DedupeParams, raws: list[bytes | None], max_doc_bytes: int) -> Future[PreparedLines]:
+        """Start parsing, signing and splitting into lines a batch of input lines in a worker.
+
+        This process then only decides (``dedupe --jobs``): :data:`PreparedLines` is what
+        :meth:`outcome` returns for it. A line given as None is left to this process (an
+        oversize one: it is not worth copying to be refused).
+
+        Raises:
+            SignPoolError: if a worker has died.
+
+        """
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            return self._executor.submit(_prepare, params, raws, max_doc_bytes)
+        except BrokenProcessPool as exc:
+            raise SignPoolError(_DIED) from exc
+
     def result(self, signer: Signer, future: Future[list[bytes]]) -> list[Signed | None]:
         """The records of a submitted batch (None for any the signer does not accept).
+
+        Raises:
+            SignPoolError: if the worker died or failed.
+
+        """
+        return [signer.decode(blob) for blob in self.outcome(future)]
+
+    def outcome(self, future: Future[T]) -> T:
+        """What a worker returned for a submitted task, checking while waiting that the workers are alive.
 
         Raises:
             SignPoolError: if the worker died or failed.
@@ -221,8 +282,7 @@ class SignPool:
         try:
             while True:
                 try:
-                    blobs = future.result(timeout=LIVENESS_SECONDS)
-                    break
+                    return future.result(timeout=LIVENESS_SECONDS)
                 except FutureTimeout:
                     self.check()
         except BrokenProcessPool as exc:
@@ -234,7 +294,6 @@ class SignPool:
                 f"a signing worker process failed: {exc!r}; run the same command again to resume, "
                 "with --jobs 1 to see the error in the main process"
             ) from exc
-        return [signer.decode(blob) for blob in blobs]
 
     def check(self) -> None:
         """Raise if a worker process is gone, whether or not the executor has noticed.

@@ -76,6 +76,41 @@ def test_the_pool_signs_the_documents_and_the_boilerplate_learner_sees_the_same(
     # the workers signed batches (this process signs the first one, and any a worker could not take)
     assert 0 < pooled.counters["presigned"] < pooled.counters["documents"]
     assert pooled.counters["boilerplate_lines_stripped"] == alone.counters["boilerplate_lines_stripped"] > 0
+    # the workers parsed the documents and split them into lines too: this process only decided
+    assert pooled.counters["lines_given"] >= pooled.counters["presigned"] > 0
+    assert alone.counters["lines_given"] == 0
+
+
+def test_odd_lines_prepared_by_the_pool_get_the_outcomes_they_get_in_process(tmp_path: Path) -> None:
+    corpus, _ = write_mixed(tmp_path)
+    odd = [
+        b"",  # blank
+        b"   ",
+        orjson.dumps({"id": "big", "text": "word " * 2000}),  # over max_doc_bytes: never sent to a worker
+        b'{"id": "bad-utf8", "text": "caf' + bytes([0xE9]) + b'"}',
+        b'{"id": "deep", "text": "x", "metadata": ' + b"[" * 1200 + b"]" * 1200 + b"}",  # too deep
+        orjson.dumps({"id": "deleted-one", "deleted": True}),
+        orjson.dumps({"id": 7, "text": "an id that is not a string"}),
+    ]
+    lines = corpus.read_bytes().splitlines()
+    mixed = tmp_path / "odd.jsonl"
+    mixed.write_bytes(b"\n".join(lines[:50] + odd + lines[50:] + odd) + b"\n")
+    alone, pooled = _engine(), _engine()
+    out_alone, out_pooled = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    with open(out_alone, "wb") as fh:
+        run(alone, [str(mixed)], fh, 37, 4096)
+    pool = SignPool(1)
+    try:
+        with open(out_pooled, "wb") as fh:
+            run(pooled, [str(mixed)], fh, 37, 4096, pool=pool)
+    finally:
+        pool.close()
+    assert out_alone.read_bytes() == out_pooled.read_bytes()
+    assert pooled.counters["lines_given"] > 0
+    events = [orjson.loads(line) for line in out_pooled.read_bytes().splitlines()]
+    reasons = [e["reason"] for e in events if e["event"] == "invalid"]
+    for reason in ("not-json", "too-large", "invalid-utf8", "too-deep", "missing-id"):
+        assert reason in reasons, (reason, reasons)
 
 
 def test_small_inputs_and_one_job_start_no_process() -> None:

@@ -18,7 +18,7 @@ import numpy as np
 
 from stream_dedupe.config import DedupeParams
 from stream_dedupe.core.bandindex import LshIndex
-from stream_dedupe.core.boilerplate import BoilerplateLearner
+from stream_dedupe.core.boilerplate import BoilerplateLearner, TextLines
 from stream_dedupe.core.normalize import title_key
 from stream_dedupe.core.records import Document
 from stream_dedupe.core.signer import Signed, Signer
@@ -66,18 +66,33 @@ class BatchPreparer:
         self.boilerplate = boilerplate
         self.counters = counters
 
-    def prepare(self, docs: list[Document], presigned: list[Signed | None], lsh: LshIndex) -> list[Prepared]:
+    def prepare(
+        self,
+        docs: list[Document],
+        presigned: list[Signed | None],
+        lsh: LshIndex,
+        lines: Sequence[TextLines] | None = None,
+    ) -> list[Prepared]:
         """Sign (or take the records signed elsewhere), key and band-hash a batch; load its records and groups.
 
         What the documents that take the per-document path read besides is loaded by
         :meth:`prefetch_neighbours`, once the fast path has taken the others.
+
+        Args:
+            docs: The batch's documents.
+            presigned: Per document, its record signed elsewhere from the unstripped text, or None.
+            lsh: The band tables (for the band hashes).
+            lines: Per document, its boilerplate lines computed elsewhere
+                (:func:`~stream_dedupe.core.boilerplate.text_lines` with these parameters), or
+                None to compute them here.
+
         """
         signed = list(presigned)
         texts = [d.text for d in docs]
         if self.boilerplate is not None:
             # every document is counted; a record signed elsewhere (from the unstripped text) is
             # still right when no learned line was stripped from it: the common case
-            texts, stripped = self.strip_boilerplate(docs)
+            texts, stripped = self.strip_boilerplate(docs, lines)
             signed = [None if cut else s for s, cut in zip(signed, stripped, strict=True)]
         todo = [i for i, s in enumerate(signed) if s is None]
         if todo:
@@ -155,8 +170,14 @@ class BatchPreparer:
             for namespace in ("docs", "parent", "clusters"):
                 state.prefetch(namespace, list(roots))
 
-    def strip_boilerplate(self, docs: list[Document]) -> tuple[list[str], list[bool]]:
+    def strip_boilerplate(
+        self, docs: list[Document], computed: Sequence[TextLines] | None = None
+    ) -> tuple[list[str], list[bool]]:
         """Strip learned lines; count the lines of documents seen for the first time.
+
+        Args:
+            docs: The batch's documents.
+            computed: Their lines when computed elsewhere (a signing process), else None.
 
         Returns:
             The texts to sign, and per document whether any line was stripped from it.
@@ -165,7 +186,13 @@ class BatchPreparer:
         assert self.boilerplate is not None
         state, learner = self.state, self.boilerplate
         state.prefetch("docs", [d.doc_id.encode("utf-8") for d in docs])
-        forms = learner.batch_lines([d.text for d in docs], [d.source for d in docs])
+        if computed is None:
+            forms = learner.batch_lines([d.text for d in docs], [d.source for d in docs])
+        else:
+            if len(computed) != len(docs):
+                raise ValueError(f"{len(computed)} texts' lines given for {len(docs)} documents")
+            forms = list(computed)
+            self.counters["lines_given"] += len(forms)
         learner.prefetch_counts([key for lines in forms for key in lines.keys if key is not None])
         counted: set[str] = set()
         start = learner.stripped_lines

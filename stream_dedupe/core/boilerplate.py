@@ -132,79 +132,8 @@ class BoilerplateLearner:
         self.known.add(words)
 
     def batch_lines(self, texts: Sequence[str], sources: Sequence[str | None]) -> list[TextLines]:
-        """The lines of every text of a batch (``sources``: each text's), in one compiled call.
-
-        Every ASCII text, and every ASCII line of the other texts, goes to
-        :func:`~stream_dedupe.core.linekeys.batch_line_keys` at once; a line with other characters
-        is formed one at a time (NFKC, Unicode word rules).
-        """
-        segments: list[str] = []
-        segment_sources: list[str] = []
-        plans: list[list[str] | None] = []  # None: an ASCII text, one segment; else its lines
-        for text, given in zip(texts, sources, strict=True):
-            source = given or ""
-            if text.isascii():
-                plans.append(None)
-                segments.append(text)
-                segment_sources.append(source)
-                continue
-            lines = text.splitlines(keepends=True)
-            plans.append(lines)
-            ascii_lines = [line for line in lines if line.isascii()]
-            segments.extend(ascii_lines)  # one line each: splitlines never ends a line before its break
-            segment_sources.extend([source] * len(ascii_lines))
-        jit.note_batch(len(texts))  # the batch is signed next: numba now, not the pure twin for this one
-        bounds, ends, kinds, blob = batch_line_keys(segments, segment_sources, self.config.min_tokens)
-        short = (kinds == SHORT).tolist()
-        all_ends, spans = ends.tolist(), bounds.tolist()
-        # every line's key as bytes, None where not counted, in three numpy calls (3x faster than
-        # slicing the blob line by line)
-        objects = np.frombuffer(blob, dtype="V8", count=kinds.shape[0]).astype(object)
-        objects[kinds != COUNTED] = None
-        all_keys: list[bytes | None] = objects.tolist()
-        out: list[TextLines] = []
-        at = 0  # the next segment
-        for given, plan in zip(sources, plans, strict=True):
-            if plan is None:
-                first, last = spans[at], spans[at + 1]
-                at += 1
-                out.append(TextLines(all_ends[first:last], all_keys[first:last], any(short[first:last])))
-                continue
-            mixed, at = self._mixed_lines(given or "", plan, spans, at, all_keys, short)
-            out.append(mixed)
-        return out
-
-    def _mixed_lines(
-        self,
-        source: str,
-        lines: list[str],
-        spans: list[int],
-        at: int,
-        all_keys: list[bytes | None],
-        short: list[bool],
-    ) -> tuple[TextLines, int]:
-        """A text with non-ASCII lines (its ASCII ones: the segments from ``at`` on); and the next segment."""
-        ends: list[int] = []
-        keys: list[bytes | None] = []
-        words = False
-        end = 0
-        min_tokens = self.config.min_tokens
-        for line in lines:
-            end += len(line)
-            ends.append(end)
-            key: bytes | None = None
-            if line.isascii():
-                j = spans[at]
-                at += 1
-                key = all_keys[j]
-                words = words or short[j]
-            else:
-                form = _line_form(line)
-                if form and _has_tokens(form, min_tokens):
-                    key = line_key(source, form)
-                words = words or (key is None and bool(form))
-            keys.append(key)
-        return TextLines(ends, keys, words), at
+        """The lines of every text of a batch (``sources``: each text's): :func:`text_lines` with these settings."""
+        return text_lines(texts, sources, self.config.min_tokens)
 
     def strip_and_count(
         self, text: str, source: str | None, count: bool = True, doc_id: str = "", lines: TextLines | None = None
@@ -270,6 +199,85 @@ class BoilerplateLearner:
                 state.put(NAMESPACE, key, dumps([count, source, _line_form(line)]))
             else:
                 state.put(NAMESPACE, key, dumps([count, [*carriers, doc_id]]))
+
+
+def text_lines(texts: Sequence[str], sources: Sequence[str | None], min_tokens: int) -> list[TextLines]:
+    """The lines of every text of a batch (``sources``: each text's), in one compiled call.
+
+    Depends on the texts and ``min_tokens`` only, never on the state, so a signing process can
+    compute them (``dedupe --jobs``) and the engine take them as they are.
+
+    Every ASCII text, and every ASCII line of the other texts, goes to
+    :func:`~stream_dedupe.core.linekeys.batch_line_keys` at once; a line with other characters
+    is formed one at a time (NFKC, Unicode word rules).
+    """
+    segments: list[str] = []
+    segment_sources: list[str] = []
+    plans: list[list[str] | None] = []  # None: an ASCII text, one segment; else its lines
+    for text, given in zip(texts, sources, strict=True):
+        source = given or ""
+        if text.isascii():
+            plans.append(None)
+            segments.append(text)
+            segment_sources.append(source)
+            continue
+        lines = text.splitlines(keepends=True)
+        plans.append(lines)
+        ascii_lines = [line for line in lines if line.isascii()]
+        segments.extend(ascii_lines)  # one line each: splitlines never ends a line before its break
+        segment_sources.extend([source] * len(ascii_lines))
+    jit.note_batch(len(texts))  # the batch is signed next: numba now, not the pure twin for this one
+    bounds, ends, kinds, blob = batch_line_keys(segments, segment_sources, min_tokens)
+    short = (kinds == SHORT).tolist()
+    all_ends, spans = ends.tolist(), bounds.tolist()
+    # every line's key as bytes, None where not counted, in three numpy calls (3x faster than
+    # slicing the blob line by line)
+    objects = np.frombuffer(blob, dtype="V8", count=kinds.shape[0]).astype(object)
+    objects[kinds != COUNTED] = None
+    all_keys: list[bytes | None] = objects.tolist()
+    out: list[TextLines] = []
+    at = 0  # the next segment
+    for given, plan in zip(sources, plans, strict=True):
+        if plan is None:
+            first, last = spans[at], spans[at + 1]
+            at += 1
+            out.append(TextLines(all_ends[first:last], all_keys[first:last], any(short[first:last])))
+            continue
+        mixed, at = _mixed_lines(given or "", plan, spans, at, all_keys, short, min_tokens)
+        out.append(mixed)
+    return out
+
+
+def _mixed_lines(
+    source: str,
+    lines: list[str],
+    spans: list[int],
+    at: int,
+    all_keys: list[bytes | None],
+    short: list[bool],
+    min_tokens: int,
+) -> tuple[TextLines, int]:
+    """A text with non-ASCII lines (its ASCII ones: the segments from ``at`` on); and the next segment."""
+    ends: list[int] = []
+    keys: list[bytes | None] = []
+    words = False
+    end = 0
+    for line in lines:
+        end += len(line)
+        ends.append(end)
+        key: bytes | None = None
+        if line.isascii():
+            j = spans[at]
+            at += 1
+            key = all_keys[j]
+            words = words or short[j]
+        else:
+            form = _line_form(line)
+            if form and _has_tokens(form, min_tokens):
+                key = line_key(source, form)
+            words = words or (key is None and bool(form))
+        keys.append(key)
+    return TextLines(ends, keys, words), at
 
 
 def _with_carrier(raw: bytes, id_json: bytes, min_docs: int) -> bytes | None:

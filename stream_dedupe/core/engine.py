@@ -15,7 +15,7 @@ from stream_dedupe.config import DedupeParams, RuntimeLimits
 from stream_dedupe.core import events as ev
 from stream_dedupe.core.bandindex import LshIndex
 from stream_dedupe.core.batch import BatchPreparer, Prepared, rebuild_index
-from stream_dedupe.core.boilerplate import BoilerplateLearner
+from stream_dedupe.core.boilerplate import BoilerplateLearner, TextLines
 from stream_dedupe.core.candidates import near_matches
 from stream_dedupe.core.canonical import CanonicalKey
 from stream_dedupe.core.compacted import canonical_updates
@@ -99,6 +99,7 @@ class DedupeEngine:
         records: Sequence[Record],
         origins: Sequence[dict[str, Any] | None] | None = None,
         signed: Sequence[Signed | None] | None = None,
+        lines: Sequence[TextLines | None] | None = None,
     ) -> list[ev.Event]:
         """Decide a batch of records; return their events in order, with ``seq`` numbers.
 
@@ -112,14 +113,21 @@ class DedupeEngine:
             signed: Per record, its :class:`~stream_dedupe.core.signer.Signed` record when it was
                 signed elsewhere with this engine's parameters (the worker's sign stage), else None.
                 With learned boilerplate, used only for documents from which no learned line is stripped.
+            lines: Per record, a document's boilerplate lines when computed elsewhere
+                (:func:`~stream_dedupe.core.boilerplate.text_lines` with this engine's
+                ``min_tokens``: ``dedupe --jobs``), else None; every document's, or none.
 
         """
-        docs, presigned = [], []
+        docs, presigned, given = [], [], []
         for i, record in enumerate(records):
             if isinstance(record, Document):
                 docs.append(record)
                 presigned.append(signed[i] if signed is not None else None)
-        prepared = self.preparer.prepare(docs, presigned, self.lsh)
+                given.append(lines[i] if lines is not None else None)
+        known = [t for t in given if t is not None]
+        if known and len(known) != len(docs):
+            raise ValueError("lines: give every document's lines, or none")
+        prepared = self.preparer.prepare(docs, presigned, self.lsh, known if known else None)
         fast = classify(records, prepared, self.state, self.lsh) if self.fast_path else [False] * len(prepared)
         self.preparer.prefetch_neighbours([p for p, f in zip(prepared, fast, strict=True) if not f], self.lsh)
         # All of them at once, first: no record before a fast one reads what it writes (fastpath.py)

@@ -168,6 +168,13 @@ def parse_document(raw: bytes, max_bytes: int, limits: ParseLimits | None = None
     return _validate_object(value, raw, limits)
 
 
+def parse_line(raw: bytes, max_bytes: int) -> Document | Invalid | Deletion:
+    """:func:`parse_document` of one input line of a JSONL file; a blank line is ``not-json``."""
+    if not raw.strip():
+        return Invalid("not-json", "empty line (every line must be one JSON document)")
+    return parse_document(raw, max_bytes)
+
+
 def too_large(raw: bytes, size: int, limit: int, setting: str) -> Invalid:
     """The ``too-large`` outcome of a record of ``size`` bytes (its id recovered from ``raw`` when cheap)."""
     return Invalid("too-large", f"record is {size} bytes, over the limit of {limit} ({setting})", peek_id(raw))
