@@ -24,6 +24,7 @@ from stream_dedupe.core.engine import DedupeEngine
 from stream_dedupe.core.events import Event
 from stream_dedupe.core.linepack import unpack_lines
 from stream_dedupe.core.records import Deletion, Document, Invalid, Record, parse_line
+from stream_dedupe.core.signedpack import unpack_signed
 from stream_dedupe.inputs import InputLine, identity, read_lines
 from stream_dedupe.storage.base import KVStore
 from stream_dedupe.storage.state import StateView
@@ -228,7 +229,7 @@ def _prepared_elsewhere(
 
 def _unpacked(engine: DedupeEngine, batch: list[InputLine], prepared: PreparedLines, max_doc_bytes: int) -> _Batch:
     """A batch's records, signatures and lines from what a worker returned for it (sign_pool._prepare)."""
-    fields, blobs, packed = prepared
+    fields, packed_signed, packed = prepared
     records: list[Record] = []
     for item, got in zip(batch, fields, strict=True):
         if got is None:  # not sent: oversize
@@ -238,7 +239,7 @@ def _unpacked(engine: DedupeEngine, batch: list[InputLine], prepared: PreparedLi
             records.append(Document(doc_id, text, updated_at_us, source, item.raw, title))
         else:
             records.append(got)
-    signatures = iter([engine.signer.decode(blob) for blob in blobs])
+    signatures = iter(unpack_signed(packed_signed, engine.signer.fingerprint, engine.signer.params.num_perm))
     signed = [next(signatures) if isinstance(r, Document) else None for r in records]
     if packed is None:
         return batch, records, signed, None

@@ -37,6 +37,7 @@ from stream_dedupe.core import jit
 from stream_dedupe.core.boilerplate import text_lines
 from stream_dedupe.core.linepack import PackedLines, pack_lines
 from stream_dedupe.core.records import Document, parse_line
+from stream_dedupe.core.signedpack import PackedSigned, pack_signed
 from stream_dedupe.core.signer import Signed, Signer
 from stream_dedupe.errors import StreamDedupeError
 
@@ -155,9 +156,9 @@ def _sign(params: DedupeParams, texts: list[str]) -> list[bytes]:
 
 #: What a worker returns for a batch of input lines (:meth:`SignPool.submit_lines`): per line a
 #: document's fields ``(id, text, updated_at_us, source, title)``, or its record when it is not a
-#: document, or None for a line it was not given; the documents' encoded signatures; and their
-#: boilerplate lines, packed, when the parameters learn boilerplate.
-PreparedLines = tuple[list[Any], list[bytes], PackedLines | None]
+#: document, or None for a line it was not given; the documents' signed records, packed; and
+#: their boilerplate lines, packed, when the parameters learn boilerplate.
+PreparedLines = tuple[list[Any], PackedSigned, PackedLines | None]
 
 
 def _prepare(params: DedupeParams, raws: list[bytes | None], max_doc_bytes: int) -> PreparedLines:
@@ -172,10 +173,11 @@ def _prepare(params: DedupeParams, raws: list[bytes | None], max_doc_bytes: int)
         else:
             out.append(record)
     texts = [d.text for d in docs]
-    blobs = _sign(params, texts)
+    signer = _signer(params)
+    signed = pack_signed(signer.sign(texts), signer.fingerprint, signer.params.num_perm)
     learn = params.boilerplate
     packed = pack_lines(text_lines(texts, [d.source for d in docs], learn.min_tokens)) if learn.learn else None
-    return out, blobs, packed
+    return out, signed, packed
 
 
 #: How often a wait for a signing worker checks that the worker is still alive.
