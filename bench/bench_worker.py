@@ -306,7 +306,7 @@ def main() -> None:
                 run["latency"]["worker_histogram_p99_le_s"] = histogram_p99(w.metrics())
                 w.stop()
                 runs.append(run)
-                print(key, json.dumps(run), flush=True)
+                print(key, json.dumps(run), file=sys.stderr, flush=True)  # progress; stdout is the JSON
         first = next(iter(result["runs"].values()))[0]
         result.update({k: first[k] for k in ("worker_ready_s", "worker", "ratio_worker_vs_embedded", "latency")})
     write_result("worker.json", result)
