@@ -200,6 +200,34 @@ def test_ctrl_c_stops_every_process_and_the_run_resumes_to_the_same_events(tmp_p
     assert events.read_bytes() == expected
 
 
+def test_a_worker_killed_mid_run_stops_the_run_clearly_and_it_resumes_to_the_same_events(tmp_path: Path) -> None:
+    import random
+
+    rng = random.Random(2)
+    corpus = tmp_path / "big.jsonl"
+    corpus.write_bytes(b"".join(orjson.dumps({"id": f"d{i}", "text": text(rng, 150)}) + b"\n" for i in range(6000)))
+    deletions = tmp_path / "none.txt"
+    deletions.write_text("")
+    expected = _dedupe(tmp_path, "whole", corpus, deletions, 1)
+    events = tmp_path / "cut.jsonl"
+    env = {**os.environ, "STREAM_DEDUPE_POOL_BYTES": "0"}
+    cmd = [*CLI, str(corpus), "--state", str(tmp_path / "cut"), "--events", str(events)]
+    cmd += ["--deletions", str(deletions), "--jobs", "2", *OPTIONS]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while (not events.exists() or events.stat().st_size < 20_000) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    assert len(children) == 1, children  # --jobs 2: one worker process
+    os.kill(int(children[0]), signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode not in (0, None), stderr.decode()
+    assert b"signing worker process died" in stderr and b"run the same command again to resume" in stderr
+    resumed = subprocess.run(cmd, capture_output=True, env=env, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr.decode()
+    assert events.read_bytes() == expected
+
+
 def test_negative_jobs_is_refused_with_the_fix(tmp_path: Path) -> None:
     corpus, _ = write_mixed(tmp_path)
     result = subprocess.run([*CLI, str(corpus), "--state", str(tmp_path / "s"), "--jobs", "-1"], capture_output=True)
