@@ -162,7 +162,7 @@ def dedupe(
         int | None,
         typer.Option(
             help=default_help(
-                "Processes: sign in N-1 worker processes, decide in this one; the same events for any N "
+                "Processes: parse and sign in N-1 worker processes, decide in this one; the same events for any N "
                 "(0: the usable cores; inputs under 4 MB or on stdin are signed in-process).",
                 "2, or 1 on one usable core",
             )
