@@ -178,10 +178,14 @@ _Batch = tuple[list[InputLine], list[Record], list["Signed | None"] | None, list
 
 def _batches(lines: Iterator[InputLine], n: int, max_doc_bytes: int, deletions: bool) -> Iterator[_Batch]:
     for batch in _chunks(lines, n):
-        records: list[Record] = []
-        for item in batch:
-            records.append(_deletion(item.raw) if deletions else parse_line(item.raw, max_doc_bytes))
-        yield batch, records, None, None
+        yield batch, _records(batch, max_doc_bytes, deletions), None, None
+
+
+def _records(batch: list[InputLine], max_doc_bytes: int, deletions: bool = False) -> list[Record]:
+    """The records of a batch parsed in this process."""
+    if deletions:
+        return [_deletion(item.raw) for item in batch]
+    return [parse_line(item.raw, max_doc_bytes) for item in batch]
 
 
 def _chunks(lines: Iterator[InputLine], n: int) -> Iterator[list[InputLine]]:
@@ -222,7 +226,7 @@ def _prepared_elsewhere(
                 later.future = pool.submit_lines(engine.params, raws, max_doc_bytes)
                 busy += 1
         if front.future is None:  # parsed here, signed by the engine
-            yield front.batch, [parse_line(item.raw, max_doc_bytes) for item in front.batch], None, None
+            yield front.batch, _records(front.batch, max_doc_bytes), None, None
             continue
         yield _unpacked(engine, front.batch, pool.outcome(front.future), max_doc_bytes)
 

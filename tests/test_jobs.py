@@ -154,10 +154,17 @@ def test_kill_9_of_the_main_process_takes_the_workers_with_it(tmp_path: Path) ->
     pytest.fail("worker processes outlived their killed parent")
 
 
-def test_ctrl_c_stops_every_process_and_the_run_resumes_to_the_same_events(tmp_path: Path) -> None:
+def _start_a_run_to_cut(
+    tmp_path: Path, seed: int, jobs: int
+) -> tuple[subprocess.Popen[bytes], list[str], dict[str, str], Path, bytes]:
+    """Start ``dedupe --jobs`` on 6,000 documents and return once it has written some events.
+
+    Returns the process, its command and environment (to run it again), its events file, and
+    the events of the same input deduped whole with ``--jobs 1``.
+    """
     import random
 
-    rng = random.Random(1)
+    rng = random.Random(seed)
     corpus = tmp_path / "big.jsonl"
     corpus.write_bytes(b"".join(orjson.dumps({"id": f"d{i}", "text": text(rng, 150)}) + b"\n" for i in range(6000)))
     deletions = tmp_path / "none.txt"
@@ -165,23 +172,17 @@ def test_ctrl_c_stops_every_process_and_the_run_resumes_to_the_same_events(tmp_p
     expected = _dedupe(tmp_path, "whole", corpus, deletions, 1)
     events = tmp_path / "cut.jsonl"
     env = {**os.environ, "STREAM_DEDUPE_POOL_BYTES": "0"}
-    cmd = [
-        *CLI,
-        str(corpus),
-        "--state",
-        str(tmp_path / "cut"),
-        "--events",
-        str(events),
-        "--deletions",
-        str(deletions),
-        "--jobs",
-        "3",
-        *OPTIONS,
-    ]
+    cmd = [*CLI, str(corpus), "--state", str(tmp_path / "cut"), "--events", str(events)]
+    cmd += ["--deletions", str(deletions), "--jobs", str(jobs), *OPTIONS]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 120
     while (not events.exists() or events.stat().st_size < 20_000) and time.monotonic() < deadline:
         time.sleep(0.05)
+    return proc, cmd, env, events, expected
+
+
+def test_ctrl_c_stops_every_process_and_the_run_resumes_to_the_same_events(tmp_path: Path) -> None:
+    proc, cmd, env, events, expected = _start_a_run_to_cut(tmp_path, seed=1, jobs=3)
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr.decode()
@@ -201,22 +202,7 @@ def test_ctrl_c_stops_every_process_and_the_run_resumes_to_the_same_events(tmp_p
 
 
 def test_a_worker_killed_mid_run_stops_the_run_clearly_and_it_resumes_to_the_same_events(tmp_path: Path) -> None:
-    import random
-
-    rng = random.Random(2)
-    corpus = tmp_path / "big.jsonl"
-    corpus.write_bytes(b"".join(orjson.dumps({"id": f"d{i}", "text": text(rng, 150)}) + b"\n" for i in range(6000)))
-    deletions = tmp_path / "none.txt"
-    deletions.write_text("")
-    expected = _dedupe(tmp_path, "whole", corpus, deletions, 1)
-    events = tmp_path / "cut.jsonl"
-    env = {**os.environ, "STREAM_DEDUPE_POOL_BYTES": "0"}
-    cmd = [*CLI, str(corpus), "--state", str(tmp_path / "cut"), "--events", str(events)]
-    cmd += ["--deletions", str(deletions), "--jobs", "2", *OPTIONS]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    deadline = time.monotonic() + 120
-    while (not events.exists() or events.stat().st_size < 20_000) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    proc, cmd, env, events, expected = _start_a_run_to_cut(tmp_path, seed=2, jobs=2)
     children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
     assert len(children) == 1, children  # --jobs 2: one worker process
     os.kill(int(children[0]), signal.SIGKILL)

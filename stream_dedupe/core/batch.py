@@ -188,9 +188,7 @@ class BatchPreparer:
         state.prefetch("docs", [d.doc_id.encode("utf-8") for d in docs])
         if computed is None:
             forms = learner.batch_lines([d.text for d in docs], [d.source for d in docs])
-        else:
-            if len(computed) != len(docs):
-                raise ValueError(f"{len(computed)} texts' lines given for {len(docs)} documents")
+        else:  # one per document: the loop below zips them strictly
             forms = list(computed)
             self.counters["lines_given"] += len(forms)
         learner.prefetch_counts([key for lines in forms for key in lines.keys if key is not None])
