@@ -30,6 +30,7 @@ from synth import generate
 import stream_dedupe.core.engine as engine_module
 from stream_dedupe.config import DedupeParams
 from stream_dedupe.core.batch import BatchPreparer
+from stream_dedupe.core.boilerplate import BoilerplateLearner
 from stream_dedupe.core.engine import DedupeEngine
 from stream_dedupe.core.records import Document, parse_document
 from stream_dedupe.core.signer import Signer
@@ -40,6 +41,9 @@ TIMES: Counter[str] = Counter()
 PHASES: list[tuple[Any, str, str]] = [
     (DedupeEngine, "process", "engine.process"),
     (BatchPreparer, "strip_boilerplate", "  strip and count boilerplate"),
+    (BoilerplateLearner, "batch_lines", "    lines and their keys"),
+    (BoilerplateLearner, "prefetch_counts", "    prefetch the counts (filter, multi-get)"),
+    (BoilerplateLearner, "strip_and_count", "    strip and count"),
     (BatchPreparer, "keyed", "  identity keys, band hashes"),
     (BatchPreparer, "prefetch_neighbours", "  prefetch for the exact path (multi-gets)"),
     (engine_module, "classify", "  fast path: classify"),

@@ -93,9 +93,13 @@ def warm(params: DedupeParams | None = None) -> float:
     engine.process(records)
     engine.process([Deletion("b")])
     engine.commit()
+    import numpy as np
+
     from stream_dedupe.core.bandindex import BandIndex
 
     BandIndex(2, 2, capacity=2)._grow()  # the rehash kernel runs only when a table grows
+    # the capped bulk insert runs only when a state with documents is opened
+    BandIndex(2, 2).insert_capped(np.zeros((1, 2), dtype=np.uint64), 0, 4)
     from stream_dedupe.core.lineform import ascii_form
 
     ascii_form("a line learned as boilerplate")  # formed again only when a line is learned

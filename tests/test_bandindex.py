@@ -44,3 +44,25 @@ def test_query_many_is_the_union_of_single_queries() -> None:
     probes = hashes[[5, 50, 150]]
     assert index.query_many(probes) == {"d5", "d50"}
     assert index.query_many(probes) == set().union(*(index.query(p) for p in probes))
+
+
+def _contents(index: LshIndex) -> list[set[tuple[int, int]]]:
+    """Per band, the live (band key, ordinal) entries of the tables: independent of their capacity."""
+    keys, vals = index.tables._keys, index.tables._vals
+    return [{(int(k), int(v)) for k, v in zip(keys[b], vals[b], strict=True) if v >= 0} for b in range(keys.shape[0])]
+
+
+def test_add_all_builds_the_tables_add_builds_one_at_a_time_caps_included() -> None:
+    rng = np.random.default_rng(11)
+    hashes = rng.integers(0, 1 << 64, (3000, 8), dtype=np.uint64)
+    hashes[1000:1600] = hashes[0]  # 601 documents in the same buckets: past the cap of 50
+    hashes[2000:2300, :3] = hashes[5, :3]  # some bands shared, others not
+    ids = [f"d{i}" for i in range(len(hashes))]
+    one, bulk = LshIndex(8, 4, bucket_cap=50), LshIndex(8, 4, bucket_cap=50)
+    full_one = sum(one.add(i, row)[1] for i, row in zip(ids, hashes, strict=True))
+    full_bulk = sum(bulk.add_all(ids[at : at + 700], hashes[at : at + 700]) for at in range(0, len(ids), 700))
+    assert full_bulk == full_one > 0
+    assert _contents(bulk) == _contents(one)
+    for row in (hashes[0], hashes[5], hashes[2100], hashes[2999]):
+        assert bulk.query(row) == one.query(row)
+    assert len(bulk) == len(one) == len(ids)

@@ -234,3 +234,14 @@ def test_unique_segments_equal_numpy_unique_per_document(compiled: None, normali
             assert sets.dtype == np.uint32 and set_bounds.dtype == np.int64
             got = [sets[set_bounds[d] : set_bounds[d + 1]] for d in range(len(b) - 1)]
             assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True)), impl
+
+
+def test_insert_capped_interpreted_equals_compiled(compiled: None) -> None:
+    rng = np.random.default_rng(4)
+    hashes = rng.integers(0, 1 << 64, (200, 6), dtype=np.uint64)
+    hashes[50:120] = hashes[0]
+    tables = [(np.zeros((6, 512), dtype=np.uint32), np.full((6, 512), -1, dtype=np.int32)) for _ in range(2)]
+    got = bandindex._insert_capped.py_func(*tables[0], hashes, 7, 30)
+    want = bandindex._insert_capped(*tables[1], hashes, 7, 30)
+    assert int(got) == int(want) > 0
+    assert all(np.array_equal(a, b) for a, b in zip(tables[0], tables[1], strict=True))

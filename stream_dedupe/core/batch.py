@@ -207,6 +207,7 @@ class BatchPreparer:
 
 def rebuild_index(store: KVStore, lsh: LshIndex) -> None:
     """Fill ``lsh`` with the bands of every indexed document in the state (start-up, recovery)."""
+    lsh.reserve(store.count("sigs"))
     chunk: list[tuple[bytes, bytes]] = []
     for item in store.items("sigs"):
         chunk.append(item)
@@ -220,10 +221,8 @@ def _index_chunk(store: KVStore, lsh: LshIndex, chunk: list[tuple[bytes, bytes]]
     if not chunk:
         return
     records = store.get_many("docs", [k for k, _ in chunk])
-    indexed = [(k, v) for (k, v), r in zip(chunk, records, strict=True) if r and DocRecord.decode(r).indexed]
+    indexed = [(k, v) for (k, v), r in zip(chunk, records, strict=True) if r and DocRecord.indexed_of(r)]
     if not indexed:
         return
     sigs = np.frombuffer(b"".join(v for _, v in indexed), dtype="<u4").reshape(len(indexed), -1)
-    hashes = lsh.hashes(sigs)
-    for (key, _), row in zip(indexed, hashes, strict=True):
-        lsh.add(key.decode("utf-8"), row)
+    lsh.add_all([key.decode("utf-8") for key, _ in indexed], lsh.hashes(sigs))

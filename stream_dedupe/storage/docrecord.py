@@ -95,6 +95,11 @@ class DocRecord:
         """``decode(raw).covered_by`` (None: a representative), without building the record (scans)."""
         return _cover(orjson.loads(raw))[0]
 
+    @staticmethod
+    def indexed_of(raw: bytes) -> bool:
+        """``decode(raw).indexed``, without building the record (a rebuild of the band tables)."""
+        return bool(orjson.loads(raw)[5])
+
     @classmethod
     def decode(cls, raw: bytes) -> DocRecord:
         """Inverse of :meth:`encode` (reads version 1 and 2 records too)."""
