@@ -212,6 +212,7 @@ def dedupe(
 
         resolve(resolve_params(None, overrides))
 
+    from stream_dedupe import warm_file
     from stream_dedupe.core import jit
     from stream_dedupe.core.engine import DedupeEngine, stored_params
     from stream_dedupe.embedded import resume_point, run
@@ -225,7 +226,9 @@ def dedupe(
         raise ConfigError(f"--jobs must be 0 (the usable cores) or more, got {jobs}")
     if index_shards is not None and index_shards < 1:
         raise ConfigError(f"--index-shards must be 1 (no shards) or more, got {index_shards}")
-    jit.choose(total_bytes(inputs), _directory_bytes(state))  # numba only for a big run
+    # numba only for a big run; a state with a warm start has no band tables to rebuild
+    warm = (state / warm_file.FILE_NAME).is_file()
+    jit.choose(total_bytes(inputs), 0 if warm else _directory_bytes(state))
     gc_from_here()  # start-up is over (main() paused the collector); before forking a --jobs pool
     with ExitStack() as stack:
         processes = default_jobs() if jobs is None else jobs or usable_cores()
@@ -236,7 +239,7 @@ def dedupe(
             state, index_shards, memtable_bloom=not _small_run(inputs, total_bytes(inputs), SMALL_RUN_BYTES)
         )
         stack.callback(store.close)
-        engine = DedupeEngine(resolve_params(stored_params(store), overrides), store, limits)
+        engine = DedupeEngine(resolve_params(stored_params(store), overrides), store, limits, warm_file.load(store))
         if progress and jit.enabled():
             warm_kernels(err, engine.params)
         resuming = resume_point(store, inputs, deletions or ()) is not None
@@ -246,6 +249,7 @@ def dedupe(
             engine, inputs, events_out, limits.batch_size, limits.max_doc_bytes, reporter.update, deletions or (), pool
         )
         reporter.close()
+        warm_file.save(store, engine)  # every batch is committed, interrupted or not
         if result.interrupted:
             err.print(
                 f"[yellow]interrupted[/] after {result.lines} lines; the state is consistent. "

@@ -276,6 +276,23 @@ class BandIndex:
         self._used += hashes.shape[0]
         return full
 
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The tables as arrays (``keys``, ``vals``, ``used``): :meth:`from_arrays` gives them back."""
+        return {"keys": self._keys, "vals": self._vals, "used": np.array([self._used], dtype=np.int64)}
+
+    @classmethod
+    def from_arrays(cls, bands: int, rows: int, arrays: dict[str, np.ndarray]) -> BandIndex:
+        """Tables saved by :meth:`to_arrays` (shapes checked: ValueError if they are not ``bands`` tables)."""
+        keys, vals = arrays["keys"], arrays["vals"]
+        size = keys.shape[1] if keys.ndim == 2 else 0
+        if keys.shape != (bands, size) or vals.shape != keys.shape or size < 16 or size & (size - 1):
+            raise ValueError(f"band tables of shape {keys.shape} are not {bands} tables of a power-of-two size")
+        index = cls(bands, rows, capacity=16)
+        index._keys = np.ascontiguousarray(keys, dtype=np.uint32)
+        index._vals = np.ascontiguousarray(vals, dtype=np.int32)
+        index._used = int(arrays["used"][0])
+        return index
+
     def remove(self, hashes: np.ndarray, ordinal: int) -> int:
         """Remove ``ordinal``'s entries; returns how many were removed."""
         return int(_remove(self._keys, self._vals, hashes, ordinal))
@@ -356,6 +373,28 @@ class LshIndex:
         full = self.tables.insert_capped(hashes, len(self._ids), self.bucket_cap)
         self._ids.extend(doc_ids)
         return full
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The index as arrays: the tables' (:meth:`BandIndex.to_arrays`), and the ids of the ordinals."""
+        text = "".join(self._ids)
+        arrays: dict[str, np.ndarray] = {
+            "ids": np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8),
+            "id_chars": np.fromiter(map(len, self._ids), dtype=np.int64, count=len(self._ids)),
+        }
+        arrays.update(self.tables.to_arrays())
+        return arrays
+
+    @classmethod
+    def from_arrays(cls, bands: int, rows: int, bucket_cap: int, arrays: dict[str, np.ndarray]) -> LshIndex:
+        """An index saved by :meth:`to_arrays` (ValueError if the arrays do not fit together)."""
+        index = cls(bands, rows, bucket_cap)
+        index.tables = BandIndex.from_arrays(bands, rows, arrays)
+        text = arrays["ids"].tobytes().decode("utf-8", "surrogatepass")
+        ends = np.cumsum(arrays["id_chars"]).tolist()
+        if (ends[-1] if ends else 0) != len(text) or int(arrays["vals"].max(initial=-1)) >= len(ends):
+            raise ValueError("the saved ids do not match the saved band tables")
+        index._ids = [text[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+        return index
 
     def remove(self, doc_id: str, hashes: np.ndarray) -> None:
         """Take a document's entries out of the tables."""

@@ -17,6 +17,7 @@ import mmh3
 import numpy as np
 
 from stream_dedupe.config import DedupeParams
+from stream_dedupe.core import jit
 from stream_dedupe.core.bandindex import LshIndex
 from stream_dedupe.core.boilerplate import BoilerplateLearner, TextLines
 from stream_dedupe.core.normalize import title_key
@@ -205,9 +206,17 @@ class BatchPreparer:
         return texts, stripped
 
 
+#: Signatures from which a rebuild of the band tables enables the compiled kernels: the pure
+#: insert takes ~70 us a document, so numba's ~0.7 s start repays itself from about here.
+REBUILD_COMPILED_DOCS = 8192
+
+
 def rebuild_index(store: KVStore, lsh: LshIndex) -> None:
     """Fill ``lsh`` with the bands of every indexed document in the state (start-up, recovery)."""
-    lsh.reserve(store.count("sigs"))
+    documents = store.count("sigs")
+    if documents >= REBUILD_COMPILED_DOCS:
+        jit.enable()  # even in a process held pure (a small input over a state whose warm start failed)
+    lsh.reserve(documents)
     chunk: list[tuple[bytes, bytes]] = []
     for item in store.items("sigs"):
         chunk.append(item)

@@ -90,16 +90,23 @@ class BoilerplateLearner:
     Args:
         config: Learning settings.
         state: The engine's state view (counts are staged with the batch and committed with it).
+        warm: The learned keys and key filter saved from this very state (a warm start,
+            :mod:`~stream_dedupe.core.warmstart`): the scan of every count is skipped.
 
     """
 
-    def __init__(self, config: BoilerplateConfig, state: StateView) -> None:
+    def __init__(
+        self, config: BoilerplateConfig, state: StateView, warm: tuple[set[bytes], KeyFilter] | None = None
+    ) -> None:
         self.config = config
         self.state = state
         self.learned: set[bytes] = set()
         self.stripped_lines = 0
         #: Ids of documents that carried a line when it was learned: to be signed again.
         self.pending: set[str] = set()
+        if warm is not None:
+            self.learned, self.known = warm
+            return
         #: Every key of the namespace, given to it before it can be written (:meth:`prefetch_counts`).
         self.known = KeyFilter(state.store.count(NAMESPACE))
         stored: list[bytes] = []
@@ -117,6 +124,13 @@ class BoilerplateLearner:
             self.known.add(as_words(b"".join(keys)))
         else:  # not a key of this version (8 bytes): nothing can be told absent any more
             self.known.saturate()
+
+    def to_arrays(self) -> dict[str, np.ndarray] | None:
+        """The learned keys and the key filter as arrays (None if a learned key is not 8 bytes)."""
+        learned = b"".join(self.learned)
+        if len(learned) != 8 * len(self.learned):
+            return None
+        return {"learned": np.frombuffer(learned, dtype="<u8"), **self.known.to_arrays()}
 
     def prefetch_counts(self, keys: Sequence[bytes]) -> None:
         """Read the counts of a batch's line keys with one multi-get, skipping keys never counted.

@@ -8,11 +8,14 @@ Kafka worker) decides when to publish the events and commit the state.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from stream_dedupe.config import DedupeParams, RuntimeLimits
 from stream_dedupe.core import events as ev
+from stream_dedupe.core import warmstart
 from stream_dedupe.core.bandindex import LshIndex
 from stream_dedupe.core.batch import BatchPreparer, Prepared, rebuild_index
 from stream_dedupe.core.boilerplate import BoilerplateLearner, TextLines
@@ -44,6 +47,10 @@ class DedupeEngine:
         params: Index-shaping parameters; compared with those stored in the state.
         store: Where the state lives.
         limits: Runtime limits.
+        warm: The arrays of :meth:`warm_arrays` saved from this very state (the caller checks
+            that nothing was written since): the in-memory indexes are restored from them
+            instead of rebuilt from the whole state. Arrays saved with other parameters are
+            ignored (:mod:`~stream_dedupe.core.warmstart`).
 
     Raises:
         StateMismatchError: if the state was built with different parameters.
@@ -54,7 +61,13 @@ class DedupeEngine:
     #: False sends every document through the per-document path (the tests compare the two).
     fast_path = True
 
-    def __init__(self, params: DedupeParams, store: KVStore, limits: RuntimeLimits | None = None) -> None:
+    def __init__(
+        self,
+        params: DedupeParams,
+        store: KVStore,
+        limits: RuntimeLimits | None = None,
+        warm: Mapping[str, np.ndarray] | None = None,
+    ) -> None:
         self.params = resolve(params)
         self.limits = limits or RuntimeLimits()
         self.store = store
@@ -64,13 +77,31 @@ class DedupeEngine:
         self.signer = Signer(self.params)
         self.counters: Counter[str] = Counter()
         self._check_params()
+        restored = None
+        if warm is not None and not isinstance(store, ShardedStore):
+            restored = warmstart.restore(warm, self.params, self.limits)
+        self.warm_started = restored is not None
         self.boilerplate = (
-            BoilerplateLearner(self.params.boilerplate, self.state) if self.params.boilerplate.learn else None
+            BoilerplateLearner(self.params.boilerplate, self.state, restored.boilerplate if restored else None)
+            if self.params.boilerplate.learn
+            else None
         )
         self.preparer = BatchPreparer(self.params, self.state, self.signer, self.boilerplate, self.counters)
         self.seq = int(self.state.get_json(_SEQ_KEY) or 0)
         self.lsh = LshIndex(self.params.bands, self.params.rows, self.limits.max_bucket_size)
-        self.rebuild_index()
+        if restored is not None:
+            self.lsh = restored.lsh
+        else:
+            self.rebuild_index()
+
+    def warm_arrays(self) -> dict[str, np.ndarray] | None:
+        """The in-memory indexes as arrays, for the next engine over this state (``warm``); None if not savable.
+
+        Only right after a commit: the indexes then describe the committed state exactly.
+        """
+        if isinstance(self.store, ShardedStore):
+            return None
+        return warmstart.engine_arrays(self.lsh, self.boilerplate, self.params, self.limits)
 
     def rebuild_index(self) -> None:
         """Rebuild the band tables from the stored signatures; on a sharded store, a window on the shards' tables."""

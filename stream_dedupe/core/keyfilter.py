@@ -105,3 +105,24 @@ class KeyFilter:
         for table in self._tables:
             found |= (table[low & np.uint64(table.shape[0] - 1)] & masks) == masks
         return found
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The filter as arrays: :meth:`from_arrays` gives it back."""
+        return {
+            "words": np.concatenate(self._tables) if self._tables else np.zeros(0, dtype=np.uint64),
+            "sizes": np.array([t.shape[0] for t in self._tables], dtype=np.int64),
+            "counts": np.array([self._held, self._capacity, int(self.saturated)], dtype=np.int64),
+        }
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> KeyFilter:
+        """A filter saved by :meth:`to_arrays` (ValueError if the arrays do not fit together)."""
+        words, sizes = arrays["words"], arrays["sizes"].tolist()
+        held, capacity, saturated = arrays["counts"].tolist()
+        if sum(sizes) != words.shape[0] or any(n < 1 or n & (n - 1) for n in sizes) or (not sizes and not saturated):
+            raise ValueError("the saved filter tables do not fit together")
+        keys = cls.__new__(cls)
+        ends = np.cumsum(sizes).tolist()
+        keys._tables = [words[a:b].astype(np.uint64) for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+        keys._held, keys._capacity, keys.saturated = int(held), int(capacity), bool(saturated)
+        return keys

@@ -135,6 +135,17 @@ class RocksStore:
         self._cf = {ns: self._db.get_column_family(ns) for ns in NAMESPACES}
         self._handles = {ns: self._db.get_column_family_handle(ns) for ns in NAMESPACES}
 
+    def fingerprint(self) -> str:
+        """The stored contents' identity: the database's unique id and its last sequence number.
+
+        Every committed write changes it, so something derived from the state and saved with its
+        fingerprint is current exactly while the fingerprint is the same (a warm start,
+        :mod:`stream_dedupe.warm_file`).
+        """
+        identity = self.path / "IDENTITY"
+        unique = identity.read_text().strip() if identity.is_file() else ""
+        return f"{unique}:{self._db.latest_sequence_number()}"
+
     def get_many(self, namespace: str, keys: Sequence[bytes]) -> list[bytes | None]:
         """See :class:`~stream_dedupe.storage.base.KVStore`."""
         if not keys:
