@@ -8,9 +8,9 @@ between (another command, a crash, an older copy of the state). Otherwise, or wh
 missing or unreadable, the engine rebuilds its indexes from the state as before: the file only
 ever saves time, the decisions are the same either way (``tests/test_warm_start.py``).
 
-The file holds the LSH band tables (16 bytes a document at most, the tables being at least half
-empty), the indexed ids and the boilerplate key filter; it is replaced atomically and can be
-deleted at any time.
+The file holds the LSH band tables as they are in memory (8 bytes a slot per band, at least two
+slots an indexed document: ~0.5 KB a document with the default 18 bands), the indexed ids and
+the boilerplate key filter; it is replaced atomically and can be deleted at any time.
 """
 
 from __future__ import annotations

@@ -367,8 +367,8 @@ class LshIndex:
         """Index documents one after the other, as :meth:`add` would, without their candidates.
 
         For a rebuild from the state (start-up, recovery): one compiled call for the whole
-        ``(n, bands)`` ``hashes``, 40x faster than :meth:`add` a document (BENCHMARKS.md,
-        "Reopening a state"). Returns the buckets that were full.
+        ``(n, bands)`` ``hashes`` instead of one per document (BENCHMARKS.md, "Reopening a
+        state"). Returns the buckets that were full.
         """
         full = self.tables.insert_capped(hashes, len(self._ids), self.bucket_cap)
         self._ids.extend(doc_ids)
