@@ -75,6 +75,7 @@ class Deduper:
         self._on_events = on_events
         self._query = QueryPath(engine)
         self._closed = False
+        self._committed = True  # the engine's memory is the committed state's (a warm start can be saved)
 
     # -- construction -----------------------------------------------------------------------
     @classmethod
@@ -110,6 +111,7 @@ class Deduper:
             ConfigError: for an invalid parameter or a directory that is not a state.
 
         """
+        from stream_dedupe import warm_file
         from stream_dedupe.cli import resolve_params
         from stream_dedupe.cli_support import check_new_state_dir, is_state
         from stream_dedupe.sharded_state import open_state
@@ -122,7 +124,8 @@ class Deduper:
             resolve(resolve_params(None, overrides))
         store = open_state(path, index_shards)  # a sharded state with its shard processes
         try:
-            engine = DedupeEngine(resolve_params(stored_params(store), overrides), store, limits)
+            resolved = resolve_params(stored_params(store), overrides)
+            engine = DedupeEngine(resolved, store, limits, warm_file.load(store))
         except BaseException:
             store.close()
             raise
@@ -230,8 +233,10 @@ class Deduper:
 
     def _process(self, records: list[Record]) -> list[Decision]:
         engine = self._live()
+        self._committed = False
         events = engine.process(records)
         engine.commit()
+        self._committed = True
         if self._on_events is not None:
             self._on_events(events)
         return [Decision.from_event(group[0], group) for group in split_events(events)]
@@ -370,9 +375,17 @@ class Deduper:
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
-        """Release the state (the RocksDB lock); everything added is already committed."""
+        """Release the state (the RocksDB lock); everything added is already committed.
+
+        A state of 10,000 documents or more gets its warm-start file (as after ``dedupe``), unless
+        a batch failed while this deduper was open.
+        """
         if not self._closed:
             self._closed = True
+            if self._committed:
+                from stream_dedupe import warm_file
+
+                warm_file.save(self._engine.store, self._engine)
             self._engine.store.close()
 
     def __enter__(self) -> Deduper:

@@ -127,3 +127,26 @@ def test_dedupe_saves_a_big_state_and_the_next_run_decides_as_a_rebuild(tmp_path
     assert events.count(b'"cluster_size":2') >= 290  # each copy joined its original (longer: it now represents both)
     store = RocksStore(tmp_path / "warm")
     assert warm_file.load(store) is not None, "the second run saved the state it ended with"
+
+
+def test_the_python_api_saves_on_close_and_loads_on_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from stream_dedupe.api import Deduper
+
+    monkeypatch.setattr(warm_file, "MIN_DOCUMENTS", 1)
+    pages = [{"id": doc_id, "text": body} for doc_id, body in corpus(6, families=10)]
+    with Deduper.open(tmp_path / "s") as deduper:
+        deduper.add_many(pages[:20])
+    assert (tmp_path / "s" / warm_file.FILE_NAME).is_file()
+    with Deduper.open(tmp_path / "s") as deduper:
+        assert deduper._engine.warm_started
+        deduper.add_many(pages[20:])
+
+        def fail(*_: object) -> None:
+            raise OSError("disk full")
+
+        monkeypatch.setattr(deduper._engine, "commit", fail)
+        with pytest.raises(OSError):
+            deduper.add({"id": "late", "text": "a page whose batch fails to commit " * 4})
+    store = RocksStore(tmp_path / "s")
+    assert warm_file.load(store) is None, "a failed batch: the indexes in memory were not saved"
+    assert not DedupeEngine(DedupeParams(), store, None, warm_file.load(store)).warm_started
