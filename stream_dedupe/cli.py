@@ -181,6 +181,12 @@ def dedupe(
     progress: Annotated[
         bool, typer.Option(help="Progress on stderr (a bar on a terminal, else a line every 10 s).")
     ] = True,
+    warm_start: Annotated[
+        bool,
+        typer.Option(
+            help="Keep the indexes in STATE/warm-start.npz (10,000+ documents) so the next run skips the scan."
+        ),
+    ] = True,
 ) -> None:
     """Dedupe JSONL documents into a state directory; runs are incremental and resumable."""
     from stream_dedupe.inputs import check_inputs, total_bytes
@@ -227,7 +233,7 @@ def dedupe(
     if index_shards is not None and index_shards < 1:
         raise ConfigError(f"--index-shards must be 1 (no shards) or more, got {index_shards}")
     # numba only for a big run; a state with a warm start has no band tables to rebuild
-    warm = (state / warm_file.FILE_NAME).is_file()
+    warm = warm_start and (state / warm_file.FILE_NAME).is_file()
     jit.choose(total_bytes(inputs), 0 if warm else _directory_bytes(state))
     gc_from_here()  # start-up is over (main() paused the collector); before forking a --jobs pool
     with ExitStack() as stack:
@@ -239,7 +245,8 @@ def dedupe(
             state, index_shards, memtable_bloom=not _small_run(inputs, total_bytes(inputs), SMALL_RUN_BYTES)
         )
         stack.callback(store.close)
-        engine = DedupeEngine(resolve_params(stored_params(store), overrides), store, limits, warm_file.load(store))
+        warm_arrays = warm_file.load(store) if warm_start else None
+        engine = DedupeEngine(resolve_params(stored_params(store), overrides), store, limits, warm_arrays)
         if progress and jit.enabled():
             warm_kernels(err, engine.params)
         resuming = resume_point(store, inputs, deletions or ()) is not None
@@ -249,7 +256,10 @@ def dedupe(
             engine, inputs, events_out, limits.batch_size, limits.max_doc_bytes, reporter.update, deletions or (), pool
         )
         reporter.close()
-        warm_file.save(store, engine)  # every batch is committed, interrupted or not
+        if warm_start:
+            warm_file.save(store, engine)  # every batch is committed, interrupted or not
+        else:
+            warm_file.discard(store)
         if result.interrupted:
             err.print(
                 f"[yellow]interrupted[/] after {result.lines} lines; the state is consistent. "

@@ -75,3 +75,9 @@ def save(store: KVStore, engine: Any) -> bool:
         part.unlink(missing_ok=True)
         return False
     return True
+
+
+def discard(store: KVStore) -> None:
+    """Remove the state's warm-start file, if any (``dedupe --no-warm-start``)."""
+    if isinstance(store, RocksStore):
+        (store.path / FILE_NAME).unlink(missing_ok=True)

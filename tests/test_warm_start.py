@@ -127,6 +127,14 @@ def test_dedupe_saves_a_big_state_and_the_next_run_decides_as_a_rebuild(tmp_path
     assert events.count(b'"cluster_size":2') >= 290  # each copy joined its original (longer: it now represents both)
     store = RocksStore(tmp_path / "warm")
     assert warm_file.load(store) is not None, "the second run saved the state it ended with"
+    store.close()
+    again = subprocess.run(
+        [*cli, str(second), "--state", str(tmp_path / "warm"), "--no-warm-start", "--events", "-"],
+        check=True,
+        capture_output=True,
+    )
+    assert again.stdout.count(b'"unchanged"') == len(copies)
+    assert not (tmp_path / "warm" / warm_file.FILE_NAME).exists(), "--no-warm-start keeps no file"
 
 
 def test_the_python_api_saves_on_close_and_loads_on_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
