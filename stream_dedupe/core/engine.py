@@ -77,9 +77,8 @@ class DedupeEngine:
         self.signer = Signer(self.params)
         self.counters: Counter[str] = Counter()
         self._check_params()
-        restored = None
-        if warm is not None and not isinstance(store, ShardedStore):
-            restored = warmstart.restore(warm, self.params, self.limits)
+        sharded = isinstance(store, ShardedStore)  # its band tables live in the shards: nothing to restore
+        restored = None if warm is None or sharded else warmstart.restore(warm, self.params, self.limits)
         self.warm_started = restored is not None
         self.boilerplate = (
             BoilerplateLearner(self.params.boilerplate, self.state, restored.boilerplate if restored else None)
@@ -88,20 +87,16 @@ class DedupeEngine:
         )
         self.preparer = BatchPreparer(self.params, self.state, self.signer, self.boilerplate, self.counters)
         self.seq = int(self.state.get_json(_SEQ_KEY) or 0)
-        self.lsh = LshIndex(self.params.bands, self.params.rows, self.limits.max_bucket_size)
-        if restored is not None:
-            self.lsh = restored.lsh
-        else:
+        self.lsh = (
+            restored.lsh if restored else LshIndex(self.params.bands, self.params.rows, self.limits.max_bucket_size)
+        )
+        if restored is None:
             self.rebuild_index()
 
     def warm_arrays(self) -> dict[str, np.ndarray] | None:
-        """The in-memory indexes as arrays, for the next engine over this state (``warm``); None if not savable.
-
-        Only right after a commit: the indexes then describe the committed state exactly.
-        """
-        if isinstance(self.store, ShardedStore):
-            return None
-        return warmstart.engine_arrays(self.lsh, self.boilerplate, self.params, self.limits)
+        """The in-memory indexes as arrays for ``warm`` (None if not savable); right after a commit only."""
+        sharded = isinstance(self.store, ShardedStore)
+        return None if sharded else warmstart.engine_arrays(self.lsh, self.boilerplate, self.params, self.limits)
 
     def rebuild_index(self) -> None:
         """Rebuild the band tables from the stored signatures; on a sharded store, a window on the shards' tables."""
