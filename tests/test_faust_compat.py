@@ -269,3 +269,17 @@ def test_the_decider_store_opens_every_table_before_its_first_batch(tables: dict
     canary(not any(t.data._dbs for t in tables.values()), "faust.stores.rocksdb.Store._dbs", "opened before first use")
     store.open_tables()
     assert all(0 in t.data._dbs for t in tables.values())
+
+
+def test_a_worker_whose_consumer_has_not_started_owns_no_index_partition(app: Any) -> None:
+    """/readyz asks owns_index from the first moment the web port answers, before Faust's consumer runs."""
+    from types import SimpleNamespace
+
+    import faust.exceptions
+
+    from stream_dedupe.worker.pipeline import owns_index
+
+    with pytest.raises(faust.exceptions.ConsumerNotStarted):
+        app.consumer.assignment()  # what owns_index used to let escape (a 500 and a traceback per probe)
+    runtime = SimpleNamespace(settings=SimpleNamespace(index_topic="compat-canary-index"))
+    assert owns_index(app, runtime) is False  # type: ignore[arg-type]

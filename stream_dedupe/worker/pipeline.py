@@ -107,10 +107,18 @@ def pause_index(app: faust.App, rt: Runtime) -> None:
 
 
 def owns_index(app: faust.App, rt: Runtime) -> bool:
-    """True while Faust's consumer group assigns the index partition to this worker."""
+    """True while Faust's consumer group assigns the index partition to this worker.
+
+    False before Faust's consumer thread has started: a worker that has not joined the group
+    owns nothing (``/readyz`` polled that early answered 500 with a traceback in the log).
+    """
+    from faust.exceptions import ConsumerNotStarted
     from faust.types import TP
 
-    return TP(rt.settings.index_topic, 0) in app.consumer.assignment()
+    try:
+        return TP(rt.settings.index_topic, 0) in app.consumer.assignment()
+    except ConsumerNotStarted:
+        return False
 
 
 def _new_consumer(s: WorkerSettings, name: str) -> Any:

@@ -192,12 +192,14 @@ class WorkerProcess:
             if self.proc.poll() is not None:
                 raise AssertionError(f"worker exited with {self.proc.returncode}:\n{self.log()[-4000:]}")
             try:
-                status, _ = self.get("/readyz", 1.0)
+                status, body = self.get("/readyz", 1.0)
                 if status == 200:
                     return time.monotonic() - self.started_at
+                # a probe is told "not ready" (503) at every moment of the start, never an error
+                assert status == 503, f"/readyz answered {status} during start-up: {body[:300]!r}"
             except OSError:
                 pass
-            time.sleep(0.2)
+            time.sleep(0.05)
         raise AssertionError(f"worker not ready after {timeout}s:\n{self.log()[-4000:]}")
 
     def stop(self, timeout: float = 40.0) -> int | None:
