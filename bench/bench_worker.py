@@ -8,10 +8,15 @@
 1. embedded: the engine over a RocksDB state on the same documents (process + commit, batches of 500);
 2. throughput: a ready worker; produce N documents (~1.7 KB, bench/synth.py) while a consumer
    reads the events topic; docs/s = N / (first produce -> last document event consumed);
-3. latency: a fresh worker; documents produced at a paced rate (default 1,000/s); per document,
-   the time from its send to the consumer receiving its event (p50/p99; ``steady_p50_ms`` and
-   ``steady_p99_ms`` leave out the documents sent in the first 2 s, the fresh worker's start),
-   plus the p99 bucket of the worker's own ``stream_dedupe_decision_latency_seconds`` histogram.
+3. latency: a fresh worker of a new app (new topics); documents produced at a paced rate
+   (default 1,000/s); per document, the time from its send to the consumer receiving its event
+   (p50/p99; ``steady_p50_ms`` and ``steady_p99_ms`` leave out the documents sent in the first
+   2 s, the start), plus the p99 bucket of the worker's own
+   ``stream_dedupe_decision_latency_seconds`` histogram;
+4. restart latency: that worker stopped and started again on its state directory (a pod
+   restarted with its volume: the app's topics exist and have had traffic), then the same paced
+   load with new document ids. A new app's first second is slower than a restart's (BENCHMARKS.md,
+   "The first second of a new app"): the two are reported apart.
 
 Prints one JSON object (also written to bench/out/worker.json). ``SD_BENCH_KEEP_LOGS=DIR`` keeps
 the workers' logs in DIR (they are otherwise deleted with the temporary directory).
@@ -68,6 +73,13 @@ def synth_docs(n: int, seed: int) -> list[bytes]:
     synth = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(synth)
     return [orjson.dumps(d) for d in synth.generate(n, seed)]
+
+
+def renamed(raw: bytes, prefix: str) -> bytes:
+    """A synthetic document under a new id (``prefix`` + its id): new to a state that has the original."""
+    doc = orjson.loads(raw)
+    doc["id"] = prefix + doc["id"]
+    return orjson.dumps(doc)
 
 
 def embedded(docs: list[bytes], tmp: Path) -> dict[str, Any]:
@@ -182,13 +194,14 @@ async def produce_and_consume(bootstrap: str, prefix: str, docs: list[bytes], ra
                     head = r.value[:40]
                     if any(k in head for k in DOC_EVENTS):
                         origin = dict(r.headers).get("sd-origin", b"")
-                        if origin not in seen:
+                        if origin in seen:
+                            continue
+                        doc_id = orjson.loads(r.value)["id"]
+                        if doc_id in sent_at:  # not an event of an earlier run on the same topics
                             seen.add(origin)
-                            doc_id = orjson.loads(r.value)["id"]
-                            if doc_id in sent_at:
-                                latencies.append(now - sent_at[doc_id])
-                                if sent_at[doc_id] - t0 >= STEADY_AFTER_S:
-                                    settled.append(now - sent_at[doc_id])
+                            latencies.append(now - sent_at[doc_id])
+                            if sent_at[doc_id] - t0 >= STEADY_AFTER_S:
+                                settled.append(now - sent_at[doc_id])
         return time.monotonic()
 
     task = asyncio.create_task(consume())
@@ -305,10 +318,17 @@ def main() -> None:
                 run["latency"]["rate"] = args.rate
                 run["latency"]["worker_histogram_p99_le_s"] = histogram_p99(w.metrics())
                 w.stop()
+                w = Worker(bootstrap, w.prefix, tmp, extra)  # the same app and state directory
+                w.wait_ready()
+                again = [renamed(raw, "restart-") for raw in synth_docs(args.latency_docs, seed=3)]
+                run["restart_latency"] = asyncio.run(produce_and_consume(bootstrap, w.prefix, again, args.rate))
+                run["restart_latency"]["rate"] = args.rate
+                w.stop()
                 runs.append(run)
                 print(key, json.dumps(run), file=sys.stderr, flush=True)  # progress; stdout is the JSON
         first = next(iter(result["runs"].values()))[0]
-        result.update({k: first[k] for k in ("worker_ready_s", "worker", "ratio_worker_vs_embedded", "latency")})
+        keys = ("worker_ready_s", "worker", "ratio_worker_vs_embedded", "latency", "restart_latency")
+        result.update({k: first[k] for k in keys})
     write_result("worker.json", result)
 
 
