@@ -101,13 +101,19 @@ def free_port() -> int:
 
 
 class Worker:
-    """A worker process of app ``prefix``; ``name`` tells apart several workers of one app."""
+    """A worker process of app ``prefix``; ``name`` tells apart several workers of one app.
 
-    def __init__(self, bootstrap: str, prefix: str, tmp: Path, extra: list[str], name: str = "") -> None:
+    ``name`` also names its state directory, so a worker started again under the same name is a
+    restart on its volume; ``log_suffix`` gives that start a log file of its own.
+    """
+
+    def __init__(
+        self, bootstrap: str, prefix: str, tmp: Path, extra: list[str], name: str = "", log_suffix: str = ""
+    ) -> None:
         self.port = free_port()
         self.prefix = prefix
         self.name = name or prefix
-        self.log = tmp / f"{self.name}.log"
+        self.log = tmp / f"{self.name}{log_suffix}.log"
         args = [
             *("worker", "--broker", bootstrap, "--app-id", f"{prefix}-app", "--input-topic", f"{prefix}.in"),
             *("--events-topic", f"{prefix}.events", "--deduped-topic", f"{prefix}.deduped"),
@@ -318,7 +324,7 @@ def main() -> None:
                 run["latency"]["rate"] = args.rate
                 run["latency"]["worker_histogram_p99_le_s"] = histogram_p99(w.metrics())
                 w.stop()
-                w = Worker(bootstrap, w.prefix, tmp, extra)  # the same app and state directory
+                w = Worker(bootstrap, w.prefix, tmp, extra, log_suffix="-restart")  # the same app and state
                 w.wait_ready()
                 again = [renamed(raw, "restart-") for raw in synth_docs(args.latency_docs, seed=3)]
                 run["restart_latency"] = asyncio.run(produce_and_consume(bootstrap, w.prefix, again, args.rate))
