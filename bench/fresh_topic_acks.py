@@ -1,7 +1,7 @@
 """Broker acks of the first writes to new topics, against the same writes once the topics have had traffic.
 
-No stream-dedupe code runs here: a plain aiokafka producer with the worker's producer settings
-(acks=all, idempotent, zstd, 900 KB batches) writes one ~200 KB record to each of 13 topics
+No stream-dedupe code runs here but the worker's own producer (``start_worker_producer``: acks=all,
+idempotent, zstd, 900 KB batches), which writes one ~200 KB record to each of 13 topics
 (the worker writes ~13: events, deduped, DLQ and the table changelogs) and awaits every ack, 40
 times, first on topics just created, then again on the same topics. It isolates the broker-side
 part of a new app's slow first second (BENCHMARKS.md, "The first second of a new app").
@@ -47,18 +47,10 @@ async def _acks(bootstrap: str, names: list[str]) -> list[float]:
     """Seconds from sending one record to each topic to the last of their acks, ``SENDS`` times."""
     import time
 
-    from aiokafka import AIOKafkaProducer
+    from stream_dedupe.worker.produce import start_worker_producer
+    from stream_dedupe.worker.settings import WorkerSettings
 
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
-        acks="all",
-        linger_ms=2,
-        enable_idempotence=True,
-        compression_type="zstd",
-        max_batch_size=900_000,
-        max_request_size=8 << 20,
-    )
-    await producer.start()
+    producer = await start_worker_producer(WorkerSettings(broker=bootstrap), "fresh-topic-acks")
     try:
         for name in names:
             await producer.partitions_for(name)  # metadata first: only the writes are timed
