@@ -221,7 +221,7 @@ def dedupe(
     from stream_dedupe import warm_file
     from stream_dedupe.core import jit
     from stream_dedupe.core.engine import DedupeEngine, stored_params
-    from stream_dedupe.embedded import resume_point, run
+    from stream_dedupe.embedded import can_redo, resume_point, rewind_events, run
     from stream_dedupe.exports import iter_canonical_documents, summarize
     from stream_dedupe.reporting import ProgressReporter, print_summary, warm_kernels
     from stream_dedupe.sharded_state import open_state
@@ -241,19 +241,32 @@ def dedupe(
         pool = start_pool(processes, total_bytes(inputs))  # before RocksDB's threads
         if pool is not None:
             stack.callback(pool.close)
-        store = open_state(
-            state, index_shards, memtable_bloom=not _small_run(inputs, total_bytes(inputs), SMALL_RUN_BYTES)
-        )
+        # a run that can redo what a kill loses writes without RocksDB's log (1.2x faster)
+        small = _small_run(inputs, total_bytes(inputs), SMALL_RUN_BYTES)
+        redo = can_redo(inputs, deletions or (), events)
+        store = open_state(state, index_shards, memtable_bloom=not small, wal=not redo)
         stack.callback(store.close)
         warm_arrays = warm_file.load(store) if warm_start else None
         engine = DedupeEngine(resolve_params(stored_params(store), overrides), store, limits, warm_arrays)
         if progress and jit.enabled():
             warm_kernels(err, engine.params)
         resuming = resume_point(store, inputs, deletions or ()) is not None
+        named = None if events in (None, "-") else Path(events)
+        if resuming and named is not None:
+            rewind_events(store, named)  # events of batches written but not committed
         events_out = open_out(stack, events, "ab" if resuming else "wb")
+        events_file = named if named is not None and named.is_file() else None  # not a pipe
         reporter = stack.enter_context(ProgressReporter(err, total_bytes(inputs), enabled=progress))
         result = run(
-            engine, inputs, events_out, limits.batch_size, limits.max_doc_bytes, reporter.update, deletions or (), pool
+            engine,
+            inputs,
+            events_out,
+            limits.batch_size,
+            limits.max_doc_bytes,
+            reporter.update,
+            deletions or (),
+            pool,
+            events_file,
         )
         reporter.close()
         if warm_start:

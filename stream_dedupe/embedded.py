@@ -3,7 +3,10 @@
 A thin shell over :class:`~stream_dedupe.core.engine.DedupeEngine`: it reads lines, hands
 batches to the engine, writes events, and commits the state with a checkpoint after each batch.
 SIGINT/SIGTERM finish the current batch and stop cleanly; running the same command again
-resumes after the last committed batch, so nothing is decided or counted twice.
+resumes after the last committed batch, so nothing is decided or counted twice. The checkpoint
+also records where the events file ended, so a resumed run first cuts the events of batches that
+were written but not committed (:func:`rewind_events`): the file holds each event once, even
+after a kill.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import islice
+from pathlib import Path
 from types import FrameType
 from typing import IO, TYPE_CHECKING, Any
 
@@ -81,12 +85,55 @@ def _graceful_signals() -> Iterator[_StopFlag]:
             signal.signal(sig, handler)
 
 
-def _checkpoint(inputs: list[dict[str, Any]], file_index: int, line: int, counters: Counter[str]) -> bytes:
-    return orjson.dumps({"inputs": inputs, "file": file_index, "line": line, "counters": dict(counters)})
+def _checkpoint(
+    inputs: list[dict[str, Any]], file_index: int, line: int, counters: Counter[str], events: dict[str, Any] | None
+) -> bytes:
+    checkpoint = {"inputs": inputs, "file": file_index, "line": line, "counters": dict(counters), "events": events}
+    return orjson.dumps(checkpoint)
+
+
+def _events_mark(out: IO[bytes] | None, path: Path | None) -> dict[str, Any] | None:
+    """Where the events file ends now (its path and size), for the checkpoint; None for no file."""
+    if out is None or path is None:
+        return None
+    return {"path": str(path), "bytes": out.tell()}
+
+
+def rewind_events(store: KVStore, events: Path) -> int:
+    """Cut ``events`` back to where it ended at the last committed batch; returns the bytes cut.
+
+    The events of a batch are written before the batch is committed, so after a kill the file
+    may end with events of batches the state does not have (with ``RocksStore(wal=False)``,
+    every batch since the last flush). The resumed run decides them again, identically; cutting
+    them first leaves each event in the file once. The file is left as it is unless it is the
+    one the checkpoint names and is at least as long as it was then.
+    """
+    previous = StateView(store).get_json(_RUN_KEY)
+    mark = previous.get("events") if previous else None
+    if not mark or mark.get("path") != str(events.resolve()) or not events.is_file():
+        return 0
+    size, keep = events.stat().st_size, int(mark["bytes"])
+    if size <= keep:
+        return 0
+    with open(events, "r+b") as out:
+        out.truncate(keep)
+    return size - keep
 
 
 def _identities(paths: list[str], deletion_paths: Sequence[str]) -> list[dict[str, Any]]:
     return [identity(p) for p in paths] + [{**identity(p), "kind": "deletions"} for p in deletion_paths]
+
+
+def can_redo(paths: Sequence[str], deletion_paths: Sequence[str], events: str | None) -> bool:
+    """True if the batches a kill loses can be decided again on resume, each event still once.
+
+    The inputs must be files (a resumed run reads them again) and the events a regular file
+    (:func:`rewind_events` cuts it back) or none. Such a run may write its state without the
+    write-ahead log (:class:`~stream_dedupe.storage.rocks.RocksStore` ``wal=False``).
+    """
+    if "-" in paths or "-" in deletion_paths or events == "-":
+        return False
+    return events is None or not Path(events).exists() or Path(events).is_file()
 
 
 def resume_point(store: KVStore, paths: list[str], deletion_paths: Sequence[str] = ()) -> tuple[int, int] | None:
@@ -108,6 +155,7 @@ def run(
     progress: ProgressHook | None = None,
     deletion_paths: Sequence[str] = (),
     pool: SignPool | None = None,
+    events_path: Path | None = None,
 ) -> RunResult:
     """Dedupe ``paths`` into the engine's state, writing one event line per event to ``events_out``.
 
@@ -122,6 +170,8 @@ def run(
         progress: Called after each committed batch.
         pool: Worker processes that sign the documents (``--jobs``); None signs in this process.
             The events are the same either way.
+        events_path: The file ``events_out`` writes (a regular file, not standard output): the
+            checkpoint records where it ends after each batch, for :func:`rewind_events`.
 
     Returns:
         What was done.
@@ -130,6 +180,7 @@ def run(
     inputs = _identities(paths, deletion_paths)
     sources = [(p, False) for p in paths] + [(p, True) for p in deletion_paths]
     resumable = "-" not in paths and "-" not in deletion_paths
+    events_file = events_path.resolve() if events_path is not None and events_out is not None else None
     result = RunResult()
     start_file, start_line = resume_point(engine.store, paths, deletion_paths) or (0, 0)
     if (start_file, start_line) != (0, 0):
@@ -156,8 +207,9 @@ def run(
                         result.counters["exact-duplicate"] += 1
                 consumed = batch[-1].line
                 result.lines += len(batch)
-                meta = {_RUN_KEY: _checkpoint(inputs, file_index, consumed, result.counters) if resumable else None}
-                engine.commit(meta)
+                mark = _events_mark(events_out, events_file)
+                checkpoint = _checkpoint(inputs, file_index, consumed, result.counters, mark) if resumable else None
+                engine.commit({_RUN_KEY: checkpoint})
                 if progress:
                     progress(len(batch), batch[-1].position, result.counters)
                 if flag.stop:
@@ -165,7 +217,8 @@ def run(
                     result.seconds = time.perf_counter() - started
                     return result
             if resumable:
-                engine.commit({_RUN_KEY: _checkpoint(inputs, file_index + 1, 0, result.counters)})
+                mark = _events_mark(events_out, events_file)
+                engine.commit({_RUN_KEY: _checkpoint(inputs, file_index + 1, 0, result.counters, mark)})
         engine.commit({_RUN_KEY: None})
     result.seconds = time.perf_counter() - started
     return result

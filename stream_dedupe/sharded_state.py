@@ -227,7 +227,7 @@ class ProcessShards:
                     proc.kill()
 
 
-def open_state(path: Path, index_shards: int | None, *, memtable_bloom: bool = True) -> KVStore:
+def open_state(path: Path, index_shards: int | None, *, memtable_bloom: bool = True, wal: bool = True) -> KVStore:
     """Open a state directory; a sharded one with its shard processes.
 
     Args:
@@ -235,6 +235,8 @@ def open_state(path: Path, index_shards: int | None, *, memtable_bloom: bool = T
         index_shards: ``--index-shards``: None to take what the state holds; 1 for the unsharded
             layout; 2 or more for a sharded one (a new state, or one built with that many).
         memtable_bloom: See :class:`~stream_dedupe.storage.rocks.RocksStore`.
+        wal: See :class:`~stream_dedupe.storage.rocks.RocksStore`. A sharded state always logs
+            its writes: its shards flush on their own, so only the log keeps them consistent.
 
     Raises:
         ConfigError: if ``index_shards`` does not match the state.
@@ -244,7 +246,7 @@ def open_state(path: Path, index_shards: int | None, *, memtable_bloom: bool = T
 
     if index_shards is not None and index_shards < 1:
         raise ConfigError(f"--index-shards must be 1 (no shards) or more, got {index_shards}")
-    local = RocksStore(path, memtable_bloom=memtable_bloom)
+    local = RocksStore(path, memtable_bloom=memtable_bloom, wal=wal and (index_shards or 1) == 1)
     try:
         raw = local.get_many("meta", [LAYOUT_KEY])[0]
         stored = None if raw is None else int(raw)
@@ -261,6 +263,7 @@ def open_state(path: Path, index_shards: int | None, *, memtable_bloom: bool = T
                 f"--state {path} was built with --index-shards {stored}, not {index_shards}: pass "
                 f"--index-shards {stored} (or leave it out), or build a new state"
             )
+        local.log_writes()
         return ShardedStore(local, ProcessShards(stored or index_shards or 1, path / "shards"))
     except BaseException:
         local.close()

@@ -87,3 +87,43 @@ def test_rocks_writes_keys_in_bytewise_order_and_stores_every_one(tmp_path: Path
     assert list(stored) == sorted(eight[1:])
     assert dict(store.items("docs")) == {b"a": b"1", b"b": b"2"}
     store.close()
+
+
+_UNLOGGED_RUN = """
+import os, sys, time
+from stream_dedupe.storage.rocks import RocksStore
+
+path, big = sys.argv[1], int(sys.argv[2])
+store = RocksStore(path, wal=False)
+store.write({"docs": {b"closed": b"1"}, "documents": {b"closed": b"1"}})
+store.close()  # persisted by the close
+store = RocksStore(path, wal=False)
+value = os.urandom(1 << 20)
+for i in range(big):  # 1 MB a batch: the 32 MB memtable of `documents` fills up and is flushed
+    store.write({"docs": {b"k%03d" % i: b"1"}, "documents": {b"k%03d" % i: value}})
+deadline = time.monotonic() + 60
+while big and store.namespace_bytes()["documents"] < (16 << 20) and time.monotonic() < deadline:
+    time.sleep(0.05)  # the flush runs in the background: wait until its table file is in place
+os._exit(0)  # a kill: no close
+"""
+
+
+@pytest.mark.parametrize("big", [0, 40])
+def test_rocks_without_the_log_keeps_every_namespace_as_of_the_last_flush(tmp_path: Path, big: int) -> None:
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", _UNLOGGED_RUN, str(tmp_path / "s"), str(big)], check=True, timeout=120)
+    store = RocksStore(tmp_path / "s")
+    docs = [key for key, _ in store.items("docs")]
+    documents = [key for key, _ in store.items("documents")]
+    store.close()
+    assert docs[0] == b"closed"  # written before a close
+    if not big:
+        assert docs == documents == [b"closed"]  # written after it, then killed: not in the log, lost
+        return
+    # a memtable filled up and was flushed with every other namespace's, at one batch boundary:
+    # both hold the same batches, some but not all of the 40 (the later ones were not flushed)
+    assert docs == documents
+    assert 1 < len(docs) < big + 1
+    assert docs[1:] == [b"k%03d" % i for i in range(len(docs) - 1)]

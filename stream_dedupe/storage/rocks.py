@@ -1,7 +1,11 @@
 """RocksDB :class:`~stream_dedupe.storage.base.KVStore` through rocksdict (raw bytes mode).
 
-Each namespace is a column family; a batch is one RocksDB ``WriteBatch`` with the WAL on, so a
-crash or kill leaves either all or none of a batch's decisions.
+Each namespace is a column family; a batch is one RocksDB ``WriteBatch``, so a crash or kill
+leaves either all or none of a batch's decisions. By default every batch also goes through the
+write-ahead log, so a kill keeps every committed batch. A caller that can redo lost batches (the
+``dedupe`` command, whose run checkpoint is part of the state) opens the store with ``wal=False``:
+writes skip the log, and every flush persists all namespaces at one batch boundary (atomic flush),
+so a kill keeps the state as of the last flush, consistent, possibly some batches old.
 
 The per-namespace options (compression, block and memtable sizes, compaction style) were chosen
 by measuring 1M documents (BENCHMARKS.md, "At scale"). They only change how new files are
@@ -17,7 +21,16 @@ from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
-from rocksdict import BlockBasedOptions, Cache, DBCompactionStyle, DBCompressionType, Options, Rdict, WriteBatch
+from rocksdict import (
+    BlockBasedOptions,
+    Cache,
+    DBCompactionStyle,
+    DBCompressionType,
+    Options,
+    Rdict,
+    WriteBatch,
+    WriteOptions,
+)
 
 from stream_dedupe.errors import StateError
 from stream_dedupe.storage.base import NAMESPACES, WriteSet
@@ -47,13 +60,16 @@ _INCOMPRESSIBLE = frozenset({"sigs", "sets"})
 _UNIVERSAL = frozenset({"documents", "sigs", "sets"})
 
 
-def _options(namespace: str | None = None, cache: Any = None, memtable_bloom: bool = True) -> Any:
+def _options(namespace: str | None = None, cache: Any = None, memtable_bloom: bool = True, wal: bool = True) -> Any:
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
     opts.create_missing_column_families(True)
     opts.set_compression_type(DBCompressionType.lz4())
     opts.increase_parallelism(2)
     if namespace is None:
+        # without the log, a flush of one namespace alone could persist half of a batch: flush
+        # them all together (a memtable filling up, and the close)
+        opts.set_atomic_flush(not wal)
         return opts
     # Most LSH and document lookups miss: a bloom filter answers those without a disk read, and
     # one over each memtable answers them without a skip-list seek.
@@ -110,17 +126,24 @@ class RocksStore:
             a one-line ``dedupe``), and a memtable that holds a few thousand entries answers a
             miss from its skip list about as fast. Nothing on disk differs; a bigger run, the
             worker and the Python API keep the filters (BENCHMARKS.md, "At scale").
+        wal: False to write without the write-ahead log, for a caller that can redo the batches
+            a kill loses. Every batch is still atomic; what is persisted is every batch up to
+            the last flush (a memtable filling up, or :meth:`close`), all namespaces at once.
+            The log writes every byte a second time: without it a 20,000-document ``dedupe``
+            is 1.2x faster (BENCHMARKS.md, "Writes without the write-ahead log").
 
     Raises:
         StateError: if the directory is locked by another process or cannot be opened.
 
     """
 
-    def __init__(self, path: str | Path, *, memtable_bloom: bool = True) -> None:
+    def __init__(self, path: str | Path, *, memtable_bloom: bool = True, wal: bool = True) -> None:
         self.path = Path(path)
+        self.wal = wal
+        self._atomic_flush = not wal
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            opts = _options()
+            opts = _options(wal=wal)
             cache = Cache(BLOCK_CACHE_BYTES)
             families = {ns: _options(ns, cache, memtable_bloom) for ns in NAMESPACES}
             self._db = Rdict(str(self.path), opts, column_families=families)
@@ -134,6 +157,17 @@ class RocksStore:
             raise StateError(f"cannot open state directory {self.path}: {text}") from exc
         self._cf = {ns: self._db.get_column_family(ns) for ns in NAMESPACES}
         self._handles = {ns: self._db.get_column_family_handle(ns) for ns in NAMESPACES}
+        if not wal:
+            unlogged = WriteOptions()
+            # a property at run time; rocksdict's stub declares it a method (0.3.29)
+            unlogged.disable_wal = True  # type: ignore[method-assign,assignment]
+            self._db.set_write_options(unlogged)
+
+    def log_writes(self) -> None:
+        """Send every later write through the write-ahead log (a store opened with ``wal=False``)."""
+        if not self.wal:
+            self._db.set_write_options(WriteOptions())
+            self.wal = True
 
     def fingerprint(self) -> str:
         """The stored contents' identity: the database's unique id and its last sequence number.
@@ -193,6 +227,20 @@ class RocksStore:
 
     def close(self) -> None:
         """See :class:`~stream_dedupe.storage.base.KVStore`."""
+        if self._atomic_flush:
+            # Writes not in the log: RocksDB's shutdown flush persists every namespace in one
+            # atomic flush, and stops the background work. (Dropping the views flushes them one
+            # at a time: a kill between two of those would leave half of the last batches on
+            # disk; after the shutdown flush they have nothing left to flush.)
+            self._db.cancel_all_background(True)
+            self._cf.clear()
+            self._handles.clear()
+            try:
+                self._db.close()  # its flush finds RocksDB shut down; the database is released all the same
+            except Exception as exc:
+                if "Shutdown in progress" not in str(exc):
+                    raise
+            return
         # Column-family views and handles keep the database (and its LOCK) alive: drop them first.
         self._cf.clear()
         self._handles.clear()
