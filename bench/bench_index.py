@@ -9,6 +9,7 @@ decided in batches exactly as the worker does (``parse_document`` + ``Signer.dec
 (signing included) runs on the same documents in the same process for the ratio.
 
     python bench/bench_index.py --docs 20000 --dup-fraction 0.3 --rounds 3
+    python bench/bench_index.py --no-wal   # the state written as `dedupe` writes it (no write-ahead log)
 """
 
 from __future__ import annotations
@@ -37,11 +38,14 @@ from stream_dedupe.storage.rocks import RocksStore
 #: Docs/s of each decide_only run per CPU second of this process (RocksDB's threads included): on a
 #: shared machine, steadier than wall time for A/B comparisons.
 CPU_RATES: list[float] = []
+#: Keyword arguments of every store: ``{"wal": False}`` with ``--no-wal`` (empty otherwise, so that
+#: A/B runs of older commits, whose stores have no such option, still work).
+STORE_OPTIONS: dict[str, Any] = {}
 
 
 def decide_only(lines: list[bytes], wires: list[bytes], batch: int, workdir: str) -> float:
     """Docs/s of the decide stage: parse + decode signature + process + commit."""
-    store = RocksStore(Path(workdir) / "decide")
+    store = RocksStore(Path(workdir) / "decide", **STORE_OPTIONS)
     engine = DedupeEngine(DedupeParams(), store)
     engine.process([])
     started, cpu = time.perf_counter(), time.process_time()
@@ -60,7 +64,7 @@ def decide_only(lines: list[bytes], wires: list[bytes], batch: int, workdir: str
 
 def whole_engine(lines: list[bytes], batch: int, workdir: str) -> float:
     """Docs/s of parse + sign + decide + commit (the embedded command's engine loop)."""
-    store = RocksStore(Path(workdir) / "whole")
+    store = RocksStore(Path(workdir) / "whole", **STORE_OPTIONS)
     engine = DedupeEngine(DedupeParams(), store)
     engine.process([])
     started = time.perf_counter()
@@ -90,11 +94,16 @@ def main() -> None:
     parser.add_argument("--dup-fraction", type=float, default=0.3)
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--no-wal", action="store_true", help="write the state without the write-ahead log, as `dedupe` over files does"
+    )
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument(
         "--only", choices=["decide_only", "whole_engine", "sign_only"], help="run one stage (A/B runs of commits)"
     )
     args = parser.parse_args()
+    if args.no_wal:
+        STORE_OPTIONS["wal"] = False
     lines = [orjson.dumps(d) for d in generate(args.docs, 1, args.dup_fraction)]
     signer = Signer(DedupeParams())
     docs = [parse_document(raw, 1 << 20) for raw in lines]

@@ -7,6 +7,7 @@ a phase's time includes its children's.
     python bench/decide_phases.py --docs 20000
     python bench/decide_phases.py --docs 20000 --cache-entries 200000   # committed values kept between batches
     python bench/decide_phases.py --corpus ../shared/data/20newsgroups_bydate.jsonl.gz   # a JSONL corpus, all of it
+    python bench/decide_phases.py --no-wal   # the state written as `dedupe` over files writes it
 """
 
 from __future__ import annotations
@@ -92,7 +93,10 @@ def main() -> None:
         "--corpus", type=Path, help="a JSONL corpus (.jsonl, .jsonl.gz) instead of synth.py (all its lines)"
     )
     parser.add_argument("--cache-entries", type=int, default=None, help="StateView cache bound (default: the engine's)")
+    parser.add_argument("--no-wal", action="store_true", help="no write-ahead log, as `dedupe` over files writes")
     args = parser.parse_args()
+    if args.no_wal:
+        bench_index.STORE_OPTIONS["wal"] = False
     if args.cache_entries is not None and hasattr(StateView, "resize_cache"):
         engine_init = DedupeEngine.__init__
 

@@ -164,10 +164,12 @@ class RocksStore:
             self._db.set_write_options(unlogged)
 
     def log_writes(self) -> None:
-        """Send every later write through the write-ahead log (a store opened with ``wal=False``)."""
+        """Send every later write through the write-ahead log (a store opened with ``wal=False``, before it writes)."""
         if not self.wal:
             self._db.set_write_options(WriteOptions())
             self.wal = True
+            # nothing is written yet (called right after opening): close as a logged store does
+            self._atomic_flush = False
 
     def fingerprint(self) -> str:
         """The stored contents' identity: the database's unique id and its last sequence number.
