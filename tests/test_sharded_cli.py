@@ -198,3 +198,46 @@ def test_reshard_copies_a_state_that_then_runs_on_exactly_as_the_original(tmp_pa
         capture_output=True,
     )
     assert refused.returncode == 2 and b"not a stream-dedupe state directory" in refused.stderr
+
+
+def test_an_interrupted_reshard_leaves_no_state_behind_and_the_next_one_completes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stream_dedupe import reshard as reshard_module
+
+    corpus, _ = write_mixed(tmp_path)
+    _dedupe(tmp_path, "plain", corpus)
+    target, partial = tmp_path / "copy", reshard_module.partial_dir(tmp_path / "copy")
+    # an error half way (here the third namespace's copy): nothing is left, not even the partial copy
+    calls = 0
+    copy = reshard_module._copy
+
+    def failing(*args: object) -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise OSError("disk full")
+        return copy(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(reshard_module, "_copy", failing)
+    with pytest.raises(OSError, match="disk full"):
+        reshard_module.reshard(tmp_path / "plain", target, 2)
+    assert not target.exists() and not partial.exists()
+    monkeypatch.undo()
+    # a kill -9 half way: the copy is in the partial directory only, never at --to
+    big = tmp_path / "big.jsonl"
+    rng = random.Random(3)
+    big.write_bytes(b"".join(orjson.dumps({"id": f"d{i}", "text": text(rng, 150)}) + b"\n" for i in range(20000)))
+    _dedupe(tmp_path, "big", big)
+    cmd = [*CLI, "reshard", "--state", str(tmp_path / "big"), "--to", str(target), "--index-shards", "2"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not partial.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=30) == -signal.SIGKILL, "the re-shard ended before it could be killed"
+    assert partial.exists() and not target.exists()
+    again = subprocess.run(cmd, capture_output=True, timeout=600)
+    assert again.returncode == 0, again.stderr.decode()
+    assert not partial.exists()
+    assert _clusters(tmp_path, "copy") == _clusters(tmp_path, "big")
