@@ -127,3 +127,32 @@ def test_rocks_without_the_log_keeps_every_namespace_as_of_the_last_flush(tmp_pa
     assert docs == documents
     assert 1 < len(docs) < big + 1
     assert docs[1:] == [b"k%03d" % i for i in range(len(docs) - 1)]
+
+
+_FAILED_FLUSH = """
+import os, resource, signal, sys
+from stream_dedupe.errors import StateError
+from stream_dedupe.storage.rocks import RocksStore
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead of killing
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))  # no file over 1 MB: the final flush fails
+store = RocksStore(sys.argv[1], wal=False)
+for i in range(4):
+    store.write({"documents": {b"k%d" % i: os.urandom(500_000)}})
+try:
+    store.close()
+except StateError as exc:
+    print(exc)
+"""
+
+
+def test_rocks_without_the_log_says_so_when_its_final_flush_fails(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _FAILED_FLUSH, str(tmp_path / "s")], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    # without the log nothing else would tell that the last batches never reached the disk
+    assert "writing the state" in out.stdout and "run the same command again" in out.stdout, out.stdout

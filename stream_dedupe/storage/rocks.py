@@ -235,6 +235,7 @@ class RocksStore:
             # at a time: a kill between two of those would leave half of the last batches on
             # disk; after the shutdown flush they have nothing left to flush.)
             self._db.cancel_all_background(True)
+            failed = int(self._db.property_int_value("rocksdb.background-errors") or 0)
             self._cf.clear()
             self._handles.clear()
             try:
@@ -242,6 +243,12 @@ class RocksStore:
             except Exception as exc:
                 if "Shutdown in progress" not in str(exc):
                     raise
+            if failed:  # the shutdown flush reports nothing itself: without the log, say what is lost
+                raise StateError(
+                    f"writing the state {self.path} to disk failed ({failed} RocksDB background error(s); "
+                    "see its LOG file): the batches since its last flush are not stored. Fix the cause "
+                    "(e.g. free disk space) and run the same command again: it resumes from the last flush"
+                )
             return
         # Column-family views and handles keep the database (and its LOCK) alive: drop them first.
         self._cf.clear()
