@@ -156,3 +156,13 @@ def test_rocks_without_the_log_says_so_when_its_final_flush_fails(tmp_path: Path
     assert out.returncode == 0, out.stderr
     # without the log nothing else would tell that the last batches never reached the disk
     assert "writing the state" in out.stdout and "run the same command again" in out.stdout, out.stdout
+
+
+def test_rocks_merges_the_originals_less_often_than_the_rest(tmp_path: Path) -> None:
+    from stream_dedupe.storage.rocks import DOCUMENTS_COMPACTION_TRIGGER
+
+    RocksStore(tmp_path / "s").close()
+    options = max((tmp_path / "s").glob("OPTIONS-*")).read_text()  # what RocksDB runs with, as it wrote it
+    sections = {part.split("]", 1)[0]: part for part in options.split("\n[")}
+    assert f"level0_file_num_compaction_trigger={DOCUMENTS_COMPACTION_TRIGGER}" in sections['CFOptions "documents"']
+    assert "level0_file_num_compaction_trigger=4" in sections['CFOptions "sets"']
