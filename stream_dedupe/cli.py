@@ -252,8 +252,8 @@ def dedupe(
             warm_kernels(err, engine.params)
         resuming = resume_point(store, inputs, deletions or ()) is not None
         named = None if events in (None, "-") else Path(events)
-        if resuming and named is not None:
-            rewind_events(store, named)  # events of batches written but not committed
+        if resuming and named is not None and (cut := rewind_events(store, named)):
+            err.out(f"{named}: cut {cut:,} bytes of events of batches the state does not hold; deciding them again")
         events_out = open_out(stack, events, "ab" if resuming else "wb")
         events_file = named if named is not None and named.is_file() else None  # not a pipe
         reporter = stack.enter_context(ProgressReporter(err, total_bytes(inputs), enabled=progress))
