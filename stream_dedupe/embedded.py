@@ -180,7 +180,7 @@ def run(
     inputs = _identities(paths, deletion_paths)
     sources = [(p, False) for p in paths] + [(p, True) for p in deletion_paths]
     resumable = "-" not in paths and "-" not in deletion_paths
-    events_file = events_path.resolve() if events_path is not None and events_out is not None else None
+    events_file = events_path.resolve() if events_path is not None else None
     result = RunResult()
     start_file, start_line = resume_point(engine.store, paths, deletion_paths) or (0, 0)
     if (start_file, start_line) != (0, 0):

@@ -147,7 +147,6 @@ class RocksStore:
     def __init__(self, path: str | Path, *, memtable_bloom: bool = True, wal: bool = True) -> None:
         self.path = Path(path)
         self.wal = wal
-        self._atomic_flush = not wal
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             opts = _options(wal=wal)
@@ -174,9 +173,7 @@ class RocksStore:
         """Send every later write through the write-ahead log (a store opened with ``wal=False``, before it writes)."""
         if not self.wal:
             self._db.set_write_options(WriteOptions())
-            self.wal = True
-            # nothing is written yet (called right after opening): close as a logged store does
-            self._atomic_flush = False
+            self.wal = True  # nothing is written yet (called right after opening): close as a logged store does
 
     def fingerprint(self) -> str:
         """The stored contents' identity: the database's unique id and its last sequence number.
@@ -236,29 +233,29 @@ class RocksStore:
 
     def close(self) -> None:
         """See :class:`~stream_dedupe.storage.base.KVStore`."""
-        if self._atomic_flush:
+        failed = 0
+        if not self.wal:
             # Writes not in the log: RocksDB's shutdown flush persists every namespace in one
             # atomic flush, and stops the background work. (Dropping the views flushes them one
             # at a time: a kill between two of those would leave half of the last batches on
             # disk; after the shutdown flush they have nothing left to flush.)
             self._db.cancel_all_background(True)
             failed = int(self._db.property_int_value("rocksdb.background-errors") or 0)
-            self._cf.clear()
-            self._handles.clear()
-            try:
-                self._db.close()  # its flush finds RocksDB shut down; the database is released all the same
-            except Exception as exc:
-                if "Shutdown in progress" not in str(exc):
-                    raise
-            if failed:  # the shutdown flush reports nothing itself: without the log, say what is lost
-                raise StateError(
-                    f"writing the state {self.path} to disk failed ({failed} RocksDB background error(s); "
-                    "see its LOG file): the batches since its last flush are not stored. Fix the cause "
-                    "(e.g. free disk space) and run the same command again: it resumes from the last flush"
-                )
-            return
         # Column-family views and handles keep the database (and its LOCK) alive: drop them first.
         self._cf.clear()
         self._handles.clear()
-        self._db.flush()
-        self._db.close()
+        if self.wal:
+            self._db.flush()
+            self._db.close()
+            return
+        try:
+            self._db.close()  # its flush finds RocksDB shut down; the database is released all the same
+        except Exception as exc:
+            if "Shutdown in progress" not in str(exc):
+                raise
+        if failed:  # the shutdown flush reports nothing itself: without the log, say what is lost
+            raise StateError(
+                f"writing the state {self.path} to disk failed ({failed} RocksDB background error(s); "
+                "see its LOG file): the batches since its last flush are not stored. Fix the cause "
+                "(e.g. free disk space) and run the same command again: it resumes from the last flush"
+            )
