@@ -51,10 +51,10 @@ from stream_dedupe.worker.cli import (
     _opt,
     err,
 )
+from stream_dedupe.worker.journal import JOURNAL_HEAD
 from stream_dedupe.worker.pipeline import INDEX_OFFSET_KEY, INPUT_OFFSET_PREFIX
 from stream_dedupe.worker.produce import send_batches
 from stream_dedupe.worker.settings import WorkerSettings
-from stream_dedupe.worker.store import JOURNAL_HEAD
 from stream_dedupe.worker.topics import changelog_topic, prepare_worker_topics, shard_changelog_topic
 
 log = logging.getLogger("stream_dedupe.worker.reshard")

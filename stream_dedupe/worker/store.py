@@ -22,13 +22,17 @@ batches, locally and in the changelogs.
 
 The changelogs are one topic per table, so a crash while they are written could leave some
 tables with the batch and others without; a worker that then rebuilds its state from the
-changelogs (a lost disk, or a takeover) would restore half a batch. The same redo journal is
-therefore first written to the ``meta`` changelog (:data:`JOURNAL_PREFIX` keys: chunks, then a
-head naming them), then the other tables, then ``meta``'s own records (the decided offsets,
-last), then the journal's tombstones. Whatever prefix of that sequence reached Kafka, a restore
-finds either no journal (nothing of the batch was written, or all of it) or a complete one,
-which :meth:`FaustTableStore.recover` re-applies (tested with a fault at every step followed
-by disk loss: ``tests/integration/test_worker_changelog_order.py``).
+changelogs (a lost disk, or a takeover) would restore half a batch. A redo journal is therefore
+written to the ``meta`` changelog before the tables (:data:`JOURNAL_PREFIX` keys: chunks, then a
+head naming them). The sequence is: (1) the content (original, signature, shingle set) of the
+documents the batch adds to the state, which the journal leaves out (:mod:`~stream_dedupe.worker.journal`
+says why that is safe); (2) the journal of the rest; (3) the other tables; (4) ``meta``'s own
+records (the decided offsets, last), then the journal's tombstones. Whatever prefix of that
+sequence reached Kafka, a restore finds either no journal (nothing of the batch was recorded, or
+all of it; at most the unread content of documents the state does not know, which the batch,
+decided again, writes again) or a complete one, which :meth:`FaustTableStore.recover`
+re-applies (tested with a fault at every step followed by disk loss:
+``tests/integration/test_worker_changelog_order.py``).
 """
 
 from __future__ import annotations
@@ -36,7 +40,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import struct
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,16 +47,20 @@ from typing import Any
 from stream_dedupe.storage.base import NAMESPACES, WriteSet
 from stream_dedupe.storage.rocks import in_key_order
 from stream_dedupe.worker import faust_compat
+from stream_dedupe.worker.journal import (
+    JOURNAL_HEAD,
+    JOURNAL_PREFIX,
+    RECORDS_NAMESPACE,
+    added_documents,
+    decode_batch,
+    encode_batch,
+    split_new_content,
+)
 from stream_dedupe.worker.produce import send_batches
 from stream_dedupe.worker.sizes import FRAMING, TopicLimits, record_bytes
 
 log = logging.getLogger("stream_dedupe.worker.store")
 
-_HEAD = struct.Struct("<BIi")  # namespace name length, key length, value length (-1: delete)
-#: ``meta`` keys of the redo journal in the changelog: ``<prefix>head`` = b"<chunks>:<sha256>",
-#: ``<prefix><i>`` = the i-th chunk of :func:`encode_batch` of the batch.
-JOURNAL_PREFIX = b"worker:journal:"
-JOURNAL_HEAD = JOURNAL_PREFIX + b"head"
 _CHUNK = 512 << 10
 _faults: dict[str, int] = {}
 
@@ -85,37 +92,11 @@ def bind_event(event: Any) -> None:
     faust_compat.set_current_event(event)
 
 
-def encode_batch(batch: WriteSet) -> bytes:
-    """Serialize a write batch for the redo journal."""
-    parts: list[bytes] = []
-    for namespace, ops in batch.items():
-        name = namespace.encode()
-        for key, value in ops.items():
-            parts.append(_HEAD.pack(len(name), len(key), -1 if value is None else len(value)))
-            parts.append(name)
-            parts.append(key)
-            if value is not None:
-                parts.append(value)
-    return b"".join(parts)
-
-
-def decode_batch(blob: bytes) -> dict[str, dict[bytes, bytes | None]]:
-    """Inverse of :func:`encode_batch`."""
-    out: dict[str, dict[bytes, bytes | None]] = {}
-    pos, size = 0, len(blob)
-    while pos < size:
-        nlen, klen, vlen = _HEAD.unpack_from(blob, pos)
-        pos += _HEAD.size
-        namespace = blob[pos : pos + nlen].decode()
-        pos += nlen
-        key = blob[pos : pos + klen]
-        pos += klen
-        value = None
-        if vlen >= 0:
-            value = blob[pos : pos + vlen]
-            pos += vlen
-        out.setdefault(namespace, {})[key] = value
-    return out
+def _by_namespace(records: Sequence[tuple[str, bytes, bytes | None]]) -> dict[str, list[tuple[bytes, bytes | None]]]:
+    grouped: dict[str, list[tuple[bytes, bytes | None]]] = {}
+    for namespace, key, value in records:
+        grouped.setdefault(namespace, []).append((key, value))
+    return grouped
 
 
 class FaustTableStore:
@@ -148,6 +129,8 @@ class FaustTableStore:
         self._journal = Path(journal_dir) / "pending-batch.bin"
         self._event: Any = None
         self._unsent: list[tuple[str, bytes, bytes | None]] = []
+        #: Changelog records of new documents' content, sent before the journal (journal.py).
+        self._unsent_content: list[tuple[str, bytes, bytes | None]] = []
         self._unsent_journal: list[bytes] = []
         #: The topics' size limits, once read (changelog batches are cut to them).
         self.limits: TopicLimits | None = None
@@ -190,10 +173,20 @@ class FaustTableStore:
         blob = encode_batch(batch)
         tmp.write_bytes(blob)
         os.replace(tmp, self._journal)
-        self._apply(batch)
-        self._unsent_journal.append(blob)
+        content, rest = split_new_content(batch, self._new_documents(batch))
+        self._apply(batch, content)
+        self._unsent_journal.append(encode_batch(rest) if content else blob)
 
-    def _apply(self, batch: WriteSet) -> None:
+    def _new_documents(self, batch: WriteSet) -> list[bytes]:
+        """The ids ``batch`` adds to the state: it writes their record, and the tables hold none yet."""
+        if RECORDS_NAMESPACE not in self._tables:
+            return []  # an index shard's tables: no documents
+        added = added_documents(batch)
+        before = self.get_many(RECORDS_NAMESPACE, added)  # read before _apply writes them
+        return [key for key, record in zip(added, before, strict=True) if record is None]
+
+    def _apply(self, batch: WriteSet, content: WriteSet | None = None) -> None:
+        """Write ``batch`` to the local tables and queue its changelog records (``content``'s to go first)."""
         if self._event is None:
             raise RuntimeError("FaustTableStore.write needs an event: call bind(event) first")
         bind_event(self._event)  # Faust's view of the current event (partition 0)
@@ -201,13 +194,14 @@ class FaustTableStore:
 
         for namespace, ops in batch.items():
             writes = WriteBatch(raw_mode=True)  # one atomic RocksDB write per table
+            first = content.get(namespace, {}) if content else {}
             for key in in_key_order(ops):  # faster memtable inserts (see in_key_order)
                 value = ops[key]
                 if value is None:
                     writes.delete(key)
                 else:
                     writes.put(key, value)
-                self._unsent.append((namespace, key, value))
+                (self._unsent_content if key in first else self._unsent).append((namespace, key, value))
             self._db(namespace).write(writes)
 
     @property
@@ -286,26 +280,28 @@ class FaustTableStore:
     async def settle(self, producer: Any) -> None:
         """Send the changelog records of the last writes, await their acks, then drop the journal.
 
-        Order (see the module docstring): the journal to the ``meta`` changelog, the other
-        tables, ``meta``'s own records, the journal's tombstones; each step acknowledged before
-        the next.
+        Order (see the module docstring): the content of the documents new to the state, the
+        journal of the rest to the ``meta`` changelog, the other tables, ``meta``'s own records,
+        the journal's tombstones; each step acknowledged before the next.
 
         Args:
             producer: A started ``aiokafka.AIOKafkaProducer`` (records go in whole batches).
 
         """
         unsent, self._unsent = self._unsent, []
+        content, self._unsent_content = self._unsent_content, []
         journals, self._unsent_journal = self._unsent_journal, []
-        by_namespace: dict[str, list[tuple[bytes, bytes | None]]] = {}
-        for namespace, key, value in unsent:
-            by_namespace.setdefault(namespace, []).append((key, value))
-        if not by_namespace:
+        by_namespace = _by_namespace(unsent)
+        if not by_namespace and not content:
             self._journal.unlink(missing_ok=True)
             return
         meta = by_namespace.pop("meta", [])
         # One topic only (nothing but meta): a single record batch is appended atomically.
         journal = self._journal_records(b"".join(journals)) if journals and by_namespace else []
         try:
+            if content:
+                await self._send(producer, _by_namespace(content))
+                fault_point("settle-content")
             if journal:
                 await self._send(producer, {"meta": journal})
                 fault_point("settle-journal")
@@ -316,6 +312,7 @@ class FaustTableStore:
         except BaseException:
             # Sent again, whole sequence, by the next settle (puts of final values are idempotent).
             self._unsent = unsent + self._unsent
+            self._unsent_content = content + self._unsent_content
             self._unsent_journal = journals + self._unsent_journal
             raise
         self._journal.unlink(missing_ok=True)

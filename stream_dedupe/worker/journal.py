@@ -1,0 +1,104 @@
+"""The worker's redo journal of a state batch, and the part of a batch that needs no journal.
+
+A batch is journaled twice (:mod:`stream_dedupe.worker.store`): whole, in a local file, against a
+kill between the tables' local writes; and in the ``meta`` changelog, against a crash between
+the tables' changelog writes followed by a restore from the changelogs (a lost disk, a takeover).
+
+The changelog journal leaves out the *content* of the documents a batch adds to the state: the
+original JSON, signature and shingle set of a document id the state has no record of
+(:func:`split_new_content`). Those values depend only on the document, and nothing reads them
+for an id without a document record (the band tables are rebuilt from the signatures of
+recorded documents only), so they are sent to their changelogs first, acknowledged, and only
+then is the journal written: a restore either finds the journal complete and the content
+already there, or no journal and, at worst, the content of documents that are not in the state
+(the batch is decided again from the index topic, and puts the same values). It is about 90% of
+the journal's bytes (BENCHMARKS.md, "A smaller redo journal"): the changelogs no longer carry
+each new document twice.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+from stream_dedupe.storage.base import WriteSet
+
+_HEAD = struct.Struct("<BIi")  # namespace name length, key length, value length (-1: delete)
+#: ``meta`` keys of the redo journal in the changelog: ``<prefix>head`` = b"<chunks>:<sha256>",
+#: ``<prefix><i>`` = the i-th chunk of :func:`encode_batch` of the batch.
+JOURNAL_PREFIX = b"worker:journal:"
+JOURNAL_HEAD = JOURNAL_PREFIX + b"head"
+#: Namespaces whose value for a document id is a function of that document's version alone.
+CONTENT_NAMESPACES = ("documents", "sigs", "sets")
+#: The namespace whose key says that the state knows a document.
+RECORDS_NAMESPACE = "docs"
+
+
+def encode_batch(batch: WriteSet) -> bytes:
+    """Serialize a write batch for the redo journal."""
+    parts: list[bytes] = []
+    for namespace, ops in batch.items():
+        name = namespace.encode()
+        for key, value in ops.items():
+            parts.append(_HEAD.pack(len(name), len(key), -1 if value is None else len(value)))
+            parts.append(name)
+            parts.append(key)
+            if value is not None:
+                parts.append(value)
+    return b"".join(parts)
+
+
+def decode_batch(blob: bytes) -> dict[str, dict[bytes, bytes | None]]:
+    """Inverse of :func:`encode_batch` (concatenated batches decode as one, later writes winning)."""
+    out: dict[str, dict[bytes, bytes | None]] = {}
+    pos, size = 0, len(blob)
+    while pos < size:
+        nlen, klen, vlen = _HEAD.unpack_from(blob, pos)
+        pos += _HEAD.size
+        namespace = blob[pos : pos + nlen].decode()
+        pos += nlen
+        key = blob[pos : pos + klen]
+        pos += klen
+        value = None
+        if vlen >= 0:
+            value = blob[pos : pos + vlen]
+            pos += vlen
+        out.setdefault(namespace, {})[key] = value
+    return out
+
+
+def added_documents(batch: WriteSet) -> list[bytes]:
+    """The ids a batch writes a document record and an original for: candidates for :func:`split_new_content`."""
+    records = batch.get(RECORDS_NAMESPACE, {})
+    originals = batch.get("documents", {})
+    return [key for key, value in originals.items() if value is not None and records.get(key) is not None]
+
+
+def split_new_content(
+    batch: WriteSet, new_ids: Sequence[bytes]
+) -> tuple[dict[str, dict[bytes, bytes]], dict[str, dict[bytes, bytes | None]]]:
+    """Split ``batch`` into the content puts of ``new_ids`` and everything else.
+
+    Args:
+        batch: A state batch.
+        new_ids: Ids of :func:`added_documents` that had no document record before the batch.
+
+    Returns:
+        ``(content, rest)``: the puts of :data:`CONTENT_NAMESPACES` under ``new_ids`` (sent to
+        the changelogs first, never journaled), and the rest of the batch (journaled).
+
+    """
+    new = set(new_ids)
+    content: dict[str, dict[bytes, bytes]] = {}
+    rest: dict[str, dict[bytes, bytes | None]] = {}
+    for namespace, ops in batch.items():
+        if namespace not in CONTENT_NAMESPACES or not new:
+            rest[namespace] = dict(ops)
+            continue
+        early = {key: value for key, value in ops.items() if value is not None and key in new}
+        if early:
+            content[namespace] = early
+        others = {key: value for key, value in ops.items() if key not in early}
+        if others:
+            rest[namespace] = others
+    return content, rest
