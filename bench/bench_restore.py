@@ -1,6 +1,7 @@
 """A worker that lost its disk: time to rebuild N documents of state from the changelogs.
 
     python bench/bench_restore.py --docs 100000           # starts its own broker on 19592/19593
+    python bench/bench_restore.py --docs 50000 --tree /tmp/base   # the worker of another checkout
 
 1. A broker of ``tools/kafka/kafka.sh`` (ports 19592/19593, run dir /tmp/sd-bench-restore), the
    scale corpus of ``bench/corpus.py`` (reused from ``bench/bench_scale.py``'s work directory);
@@ -112,7 +113,9 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/sd-bench-scale"), help="corpora (shared)")
     parser.add_argument("--timeout", type=float, default=3600.0)
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "restore.json")
+    parser.add_argument("--tree", help="run the worker of this checkout (e.g. a git worktree of an earlier commit)")
     args = parser.parse_args()
+    tree = str(Path(args.tree).resolve()) if args.tree else None
     result: dict[str, Any] = {"docs": args.docs, "cpus": os.cpu_count(), "load_start": round(os.getloadavg()[0], 2)}
     prepare_corpora(args.workdir, [args.docs], args.seed)
     corpus = corpus_path(args.workdir, args.seed, args.docs)
@@ -121,7 +124,7 @@ def main() -> None:
     tmp.mkdir(parents=True)
     prefix = f"rs{uuid.uuid4().hex[:6]}"
     with kafka(args.port) as bootstrap:
-        worker = Worker(bootstrap, prefix, tmp, ["--batch-wait", "0.05"], name="restore")
+        worker = Worker(bootstrap, prefix, tmp, ["--batch-wait", "0.05"], name="restore", tree=tree)
         result["first_start_ready_s"] = round(worker.wait_ready(), 1)
         t0 = time.monotonic()
         produce = [sys.executable, "-c", CLI, "produce", str(corpus), "--broker", bootstrap]
@@ -134,9 +137,12 @@ def main() -> None:
         state = tmp / "restore-state"
         result["state_dir_bytes"] = dir_bytes(state)
         result["broker_dir_bytes"] = dir_bytes(RUN_DIR)
+        result["meta_changelog_bytes"] = sum(
+            dir_bytes(d) for d in RUN_DIR.glob(f"data/{prefix}-app-state-meta-changelog-*")
+        )
         shutil.rmtree(state)
         result["load_before_restore"] = round(os.getloadavg()[0], 2)
-        worker = Worker(bootstrap, prefix, tmp, ["--batch-wait", "0.05"], name="restore")
+        worker = Worker(bootstrap, prefix, tmp, ["--batch-wait", "0.05"], name="restore", tree=tree)
         try:
             result["restore"] = wait_restored(worker, args.timeout)
         finally:

@@ -4,6 +4,7 @@
     python bench/bench_worker.py --bootstrap 127.0.0.1:9092
     python bench/bench_worker.py --docs 20000 --jobs 1,2 --rounds 2   # worker --jobs, interleaved
     python bench/bench_worker.py --docs 20000 --index-shards 1,2      # worker --index-shards
+    python bench/bench_worker.py --tree before=/tmp/base --tree after=. --rounds 2   # two checkouts, interleaved
 
 1. embedded: the engine over a RocksDB state on the same documents (process + commit, batches of 500);
 2. throughput: a ready worker; produce N documents (~1.7 KB, bench/synth.py) while a consumer
@@ -108,7 +109,14 @@ class Worker:
     """
 
     def __init__(
-        self, bootstrap: str, prefix: str, tmp: Path, extra: list[str], name: str = "", log_suffix: str = ""
+        self,
+        bootstrap: str,
+        prefix: str,
+        tmp: Path,
+        extra: list[str],
+        name: str = "",
+        log_suffix: str = "",
+        tree: str | None = None,
     ) -> None:
         self.port = free_port()
         self.prefix = prefix
@@ -121,7 +129,9 @@ class Worker:
             *("--web-port", str(self.port), "--input-partitions", "4", "--log-level", "warning", *extra),
         ]
         with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen([sys.executable, "-c", CLI, *args], stdout=out, stderr=out)
+            # tree: another checkout's stream_dedupe (e.g. a git worktree of an earlier commit)
+            env = {**os.environ, "PYTHONPATH": tree} if tree else None
+            self.proc = subprocess.Popen([sys.executable, "-c", CLI, *args], stdout=out, stderr=out, env=env, cwd=tree)
         self.started = time.monotonic()
 
     def wait_ready(self) -> float:
@@ -295,10 +305,14 @@ def main() -> None:
         "--index-shards", default="", help="comma-separated worker --index-shards values to compare, e.g. 1,2"
     )
     parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds of the variants")
+    parser.add_argument(
+        "--tree", action="append", default=[], help='"NAME=PATH": a variant running that checkout\'s worker, repeatable'
+    )
     args = parser.parse_args()
     result: dict[str, Any] = {"cpus": os.cpu_count(), "docs": args.docs}
     variants = [("jobs", v) for v in args.jobs.split(",") if v]
     variants += [("index-shards", v) for v in args.index_shards.split(",") if v]
+    variants += [("tree", v) for v in args.tree]
     variants = variants or [("", "")]
     with broker(args.bootstrap) as bootstrap, tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -307,24 +321,25 @@ def main() -> None:
         result["embedded"] = embedded(docs, tmp)
         for round_no in range(args.rounds):
             for flag, value in variants:  # interleaved: the machine's noise hits every variant alike
-                extra = ["--batch-wait", args.batch_wait, *([f"--{flag}", value] if flag else [])]
+                tree = str(Path(value.split("=", 1)[1]).resolve()) if flag == "tree" else None
+                extra = ["--batch-wait", args.batch_wait, *([f"--{flag}", value] if flag and not tree else [])]
                 key = f"{flag.replace('-', '_')}={value}" if flag else "default"
                 runs = result.setdefault("runs", {}).setdefault(key, [])
-                w = Worker(bootstrap, f"bw{uuid.uuid4().hex[:6]}", tmp, extra)
+                w = Worker(bootstrap, f"bw{uuid.uuid4().hex[:6]}", tmp, extra, tree=tree)
                 run: dict[str, Any] = {"round": round_no, "worker_ready_s": round(w.wait_ready(), 2)}
                 run["worker"] = asyncio.run(produce_and_consume(bootstrap, w.prefix, docs, None))
                 w.stop()
                 run["ratio_worker_vs_embedded"] = round(
                     run["worker"]["docs_per_s"] / result["embedded"]["docs_per_s"], 3
                 )
-                w = Worker(bootstrap, f"bl{uuid.uuid4().hex[:6]}", tmp, extra)
+                w = Worker(bootstrap, f"bl{uuid.uuid4().hex[:6]}", tmp, extra, tree=tree)
                 w.wait_ready()
                 paced = synth_docs(args.latency_docs, seed=2)
                 run["latency"] = asyncio.run(produce_and_consume(bootstrap, w.prefix, paced, args.rate))
                 run["latency"]["rate"] = args.rate
                 run["latency"]["worker_histogram_p99_le_s"] = histogram_p99(w.metrics())
                 w.stop()
-                w = Worker(bootstrap, w.prefix, tmp, extra, log_suffix="-restart")  # the same app and state
+                w = Worker(bootstrap, w.prefix, tmp, extra, log_suffix="-restart", tree=tree)  # the same app and state
                 w.wait_ready()
                 again = [renamed(raw, "restart-") for raw in synth_docs(args.latency_docs, seed=3)]
                 run["restart_latency"] = asyncio.run(produce_and_consume(bootstrap, w.prefix, again, args.rate))

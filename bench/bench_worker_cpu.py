@@ -3,6 +3,7 @@
     python bench/bench_worker_cpu.py --docs 20000 --rounds 3 \\
         --variant "zstd 3=--compression-level 3" --variant "zstd 1=--compression-level 1" \\
         --variant "jobs 2=--jobs 2"
+    python bench/bench_worker_cpu.py --tree before=/tmp/base --tree after=.   # two source trees, same flags
 
 Each variant is a fresh worker of a fresh app on one broker (started by the script, see
 bench_worker.py), fed the same documents as fast as they can be produced; the rounds interleave
@@ -61,16 +62,21 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--variant", action="append", default=[], help='"NAME=worker flags", repeatable')
+    parser.add_argument(
+        "--tree", action="append", default=[], help='"NAME=PATH": run each variant on this checkout too, repeatable'
+    )
     args = parser.parse_args()
-    variants = [(v.split("=", 1)[0], v.split("=", 1)[1].split()) for v in args.variant] or [("default", [])]
+    flags = [(v.split("=", 1)[0], v.split("=", 1)[1].split()) for v in args.variant] or [("default", [])]
+    trees = [(t.split("=", 1)[0], str(Path(t.split("=", 1)[1]).resolve())) for t in args.tree] or [("", None)]
+    variants = [(f"{tree}/{name}" if tree else name, extra, path) for tree, path in trees for name, extra in flags]
     result: dict[str, Any] = {"docs": args.docs, "cpus": os.cpu_count(), "runs": {}}
     docs = synth_docs(args.docs, seed=1)
     with broker(None) as bootstrap, tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         for round_no in range(args.rounds):
-            for name, extra in variants:
+            for name, extra, tree in variants:
                 prefix = f"bc{uuid.uuid4().hex[:6]}"
-                w = Worker(bootstrap, prefix, tmp, ["--batch-wait", "0.05", *extra])
+                w = Worker(bootstrap, prefix, tmp, ["--batch-wait", "0.05", *extra], tree=tree)
                 w.wait_ready()
                 time.sleep(3.0)  # the signing processes' warm-up (spawn, kernels) and the first fetches settle
                 before = cpu_seconds(w.proc.pid)
@@ -82,11 +88,14 @@ def main() -> None:
                     "cpu_us_per_doc": round(cpu / len(docs) * 1e6, 1),
                     "docs_per_s": run["docs_per_s"],
                     "topic_bytes_per_doc": round(topic_bytes(prefix) / len(docs)),
+                    "meta_changelog_bytes_per_doc": round(
+                        topic_bytes(f"{prefix}-app-state-meta-changelog") / len(docs)
+                    ),
                     "loadavg": os.getloadavg()[0],
                 }
                 result["runs"].setdefault(name, []).append(row)
                 print(name, row, flush=True)
-    keys = ("cpu_us_per_doc", "docs_per_s", "topic_bytes_per_doc")
+    keys = ("cpu_us_per_doc", "docs_per_s", "topic_bytes_per_doc", "meta_changelog_bytes_per_doc")
     result["median"] = {
         name: {k: statistics.median(r[k] for r in rows) for k in keys} for name, rows in result["runs"].items()
     }

@@ -6,20 +6,22 @@ the tables' changelog writes followed by a restore from the changelogs (a lost d
 
 The changelog journal leaves out the *content* of the documents a batch adds to the state: the
 original JSON, signature and shingle set of a document id the state has no record of
-(:func:`split_new_content`). Those values depend only on the document, and nothing reads them
-for an id without a document record (the band tables are rebuilt from the signatures of
-recorded documents only), so they are sent to their changelogs first, acknowledged, and only
-then is the journal written: a restore either finds the journal complete and the content
-already there, or no journal and, at worst, the content of documents that are not in the state
-(the batch is decided again from the index topic, and puts the same values). It is about 90% of
-the journal's bytes (BENCHMARKS.md, "A smaller redo journal"): the changelogs no longer carry
-each new document twice.
+(:func:`split_new_content`), about 90% of a batch's bytes (BENCHMARKS.md, "A smaller redo
+journal"), so that the changelogs no longer carry each new document twice. The content is sent
+to its changelogs beside the journal, and the journal holds a CRC-32 of each document's content
+instead (:func:`content_checks`): a restore that finds the journal complete re-applies it only
+if the restored tables hold that content (:func:`content_matches`), and otherwise drops it, as
+if the batch had never been written. Content without its batch is harmless: those values depend
+only on the document, nothing reads them for an id without a document record (the band tables
+are rebuilt from the signatures of recorded documents only), and the batch, decided again from
+the index topic, puts the same values.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+import zlib
+from collections.abc import Callable, Mapping, Sequence
 
 from stream_dedupe.storage.base import WriteSet
 
@@ -32,6 +34,9 @@ JOURNAL_HEAD = JOURNAL_PREFIX + b"head"
 CONTENT_NAMESPACES = ("documents", "sigs", "sets")
 #: The namespace whose key says that the state knows a document.
 RECORDS_NAMESPACE = "docs"
+#: A pseudo-namespace of the changelog journal: document id -> which content namespaces it puts
+#: (a bit mask over :data:`CONTENT_NAMESPACES`) and a CRC-32 of their values. Never applied.
+CONTENT_CHECKS = "~content"
 
 
 def encode_batch(batch: WriteSet) -> bytes:
@@ -102,3 +107,39 @@ def split_new_content(
         if others:
             rest[namespace] = others
     return content, rest
+
+
+def content_checks(content: Mapping[str, Mapping[bytes, bytes]]) -> dict[str, dict[bytes, bytes]]:
+    """One check per document of ``content`` (see :data:`CONTENT_CHECKS`), to journal beside the rest."""
+    ids = {key for ops in content.values() for key in ops}
+    checks: dict[bytes, bytes] = {}
+    for key in ids:
+        mask, crc = 0, 0
+        for bit, namespace in enumerate(CONTENT_NAMESPACES):
+            value = content.get(namespace, {}).get(key)
+            if value is not None:
+                mask |= 1 << bit
+                crc = zlib.crc32(value, crc)
+        checks[key] = bytes([mask]) + crc.to_bytes(4, "little")
+    return {CONTENT_CHECKS: checks}
+
+
+def content_matches(
+    checks: Mapping[bytes, bytes | None], read: Callable[[str, list[bytes]], list[bytes | None]]
+) -> bool:
+    """True when the tables hold the content a journal's :data:`CONTENT_CHECKS` describe.
+
+    Args:
+        checks: The journal's checks (document id -> mask and CRC-32).
+        read: Multi-get of a namespace (``FaustTableStore.get_many``).
+
+    """
+    keys = list(checks)
+    crcs = dict.fromkeys(keys, 0)
+    for bit, namespace in enumerate(CONTENT_NAMESPACES):
+        wanted = [key for key in keys if (checks[key] or b"\0")[0] & (1 << bit)]
+        for key, value in zip(wanted, read(namespace, wanted) if wanted else [], strict=True):
+            if value is None:
+                return False
+            crcs[key] = zlib.crc32(value, crcs[key])
+    return all(crcs[key].to_bytes(4, "little") == (checks[key] or b"")[1:] for key in keys)

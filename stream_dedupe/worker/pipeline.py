@@ -29,6 +29,7 @@ from stream_dedupe.core.records import Invalid, ParseLimits, Record
 from stream_dedupe.core.signer import Signed
 from stream_dedupe.errors import StreamDedupeError
 from stream_dedupe.worker import faust_compat
+from stream_dedupe.worker.faults import fault_point
 from stream_dedupe.worker.index_records import Origin, origin_of, record_of, signature_of
 from stream_dedupe.worker.metrics import WorkerMetrics
 from stream_dedupe.worker.outputs import fit_outputs, invalid_letter, poison_fault, short_key
@@ -38,7 +39,7 @@ from stream_dedupe.worker.settings import WorkerSettings
 from stream_dedupe.worker.shard_stage import call_engine, engine_store
 from stream_dedupe.worker.sign import FETCH_MAX_WAIT_MS, SignStage
 from stream_dedupe.worker.sizes import TopicLimits, read_topic_limits
-from stream_dedupe.worker.store import FaustTableStore, fault_point
+from stream_dedupe.worker.store import FaustTableStore
 
 log = logging.getLogger("stream_dedupe.worker")
 _PARTITIONER = DefaultPartitioner()

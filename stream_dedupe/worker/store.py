@@ -24,15 +24,15 @@ The changelogs are one topic per table, so a crash while they are written could 
 tables with the batch and others without; a worker that then rebuilds its state from the
 changelogs (a lost disk, or a takeover) would restore half a batch. A redo journal is therefore
 written to the ``meta`` changelog before the tables (:data:`JOURNAL_PREFIX` keys: chunks, then a
-head naming them). The sequence is: (1) the content (original, signature, shingle set) of the
-documents the batch adds to the state, which the journal leaves out (:mod:`~stream_dedupe.worker.journal`
-says why that is safe); (2) the journal of the rest; (3) the other tables; (4) ``meta``'s own
+head naming them). The sequence is: (1) the journal, beside the content (original, signature,
+shingle set) of the documents the batch adds to the state, which the journal leaves out and
+checks instead (:mod:`~stream_dedupe.worker.journal`); (2) the other tables; (3) ``meta``'s own
 records (the decided offsets, last), then the journal's tombstones. Whatever prefix of that
 sequence reached Kafka, a restore finds either no journal (nothing of the batch was recorded, or
-all of it; at most the unread content of documents the state does not know, which the batch,
-decided again, writes again) or a complete one, which :meth:`FaustTableStore.recover`
-re-applies (tested with a fault at every step followed by disk loss:
-``tests/integration/test_worker_changelog_order.py``).
+all of it; at most content of documents the state has no record of, which nothing reads and
+the batch, decided again, writes again) or a complete one, which :meth:`FaustTableStore.recover`
+re-applies when the content it checks arrived too, and drops otherwise (tested with a fault at
+every step followed by disk loss: ``tests/integration/test_worker_changelog_order.py``).
 """
 
 from __future__ import annotations
@@ -47,11 +47,15 @@ from typing import Any
 from stream_dedupe.storage.base import NAMESPACES, WriteSet
 from stream_dedupe.storage.rocks import in_key_order
 from stream_dedupe.worker import faust_compat
+from stream_dedupe.worker.faults import fault_armed, fault_point
 from stream_dedupe.worker.journal import (
+    CONTENT_CHECKS,
     JOURNAL_HEAD,
     JOURNAL_PREFIX,
     RECORDS_NAMESPACE,
     added_documents,
+    content_checks,
+    content_matches,
     decode_batch,
     encode_batch,
     split_new_content,
@@ -62,23 +66,6 @@ from stream_dedupe.worker.sizes import FRAMING, TopicLimits, record_bytes
 log = logging.getLogger("stream_dedupe.worker.store")
 
 _CHUNK = 512 << 10
-_faults: dict[str, int] = {}
-
-
-def fault_point(name: str) -> None:
-    """Fault injection for the recovery tests: ``STREAM_DEDUPE_FAULT=<name>:<n>`` exits at the n-th pass.
-
-    Never set in production; the tests use it to die at an exact point of a sequence, which a
-    kill -9 only hits by chance.
-    """
-    fault = os.environ.get("STREAM_DEDUPE_FAULT", "")
-    if not fault.startswith(name + ":"):
-        return
-    _faults[name] = _faults.get(name, 0) + 1
-    if _faults[name] >= int(fault.rpartition(":")[2]):
-        log.critical("fault injection %s: exiting now", fault)
-        logging.shutdown()
-        os._exit(86)
 
 
 def bind_event(event: Any) -> None:
@@ -175,7 +162,7 @@ class FaustTableStore:
         os.replace(tmp, self._journal)
         content, rest = split_new_content(batch, self._new_documents(batch))
         self._apply(batch, content)
-        self._unsent_journal.append(encode_batch(rest) if content else blob)
+        self._unsent_journal.append(encode_batch(rest) + encode_batch(content_checks(content)) if content else blob)
 
     def _new_documents(self, batch: WriteSet) -> list[bytes]:
         """The ids ``batch`` adds to the state: it writes their record, and the tables hold none yet."""
@@ -240,11 +227,18 @@ class FaustTableStore:
             if self._replay(remote, position_key):
                 applied = True
                 self._unsent_journal.append(remote)
+            else:
+                self._journal.unlink()
             self._drop_changelog_journal()
         return applied
 
     def _replay(self, blob: bytes, position_key: bytes | None) -> bool:
         batch = decode_batch(blob)
+        checks = batch.pop(CONTENT_CHECKS, None)
+        if checks and not content_matches(checks, self.get_many):
+            # sent beside the journal, and not all of it arrived: the batch was never written
+            log.warning("dropped a journaled state batch whose new documents did not all reach the changelogs")
+            return False
         if position_key is not None:
             journaled = batch.get("meta", {}).get(position_key)
             current = self.get_many("meta", [position_key])[0]
@@ -280,9 +274,9 @@ class FaustTableStore:
     async def settle(self, producer: Any) -> None:
         """Send the changelog records of the last writes, await their acks, then drop the journal.
 
-        Order (see the module docstring): the content of the documents new to the state, the
-        journal of the rest to the ``meta`` changelog, the other tables, ``meta``'s own records,
-        the journal's tombstones; each step acknowledged before the next.
+        Order (see the module docstring): the journal to the ``meta`` changelog, beside the
+        content of the documents new to the state; the other tables; ``meta``'s own records and
+        the journal's tombstones. Each step is acknowledged before the next.
 
         Args:
             producer: A started ``aiokafka.AIOKafkaProducer`` (records go in whole batches).
@@ -299,12 +293,16 @@ class FaustTableStore:
         # One topic only (nothing but meta): a single record batch is appended atomically.
         journal = self._journal_records(b"".join(journals)) if journals and by_namespace else []
         try:
-            if content:
-                await self._send(producer, _by_namespace(content))
-                fault_point("settle-content")
+            # the new documents' content beside the journal, which checks that it all arrived
+            first = _by_namespace(content)
             if journal:
-                await self._send(producer, {"meta": journal})
+                first["meta"] = journal
+            if first:
+                if fault_armed("settle-lost-content"):  # the tests: the journal arrives, the content does not
+                    first = {"meta": journal} if journal else {}
+                await self._send(producer, first)
                 fault_point("settle-journal")
+                fault_point("settle-lost-content")
             await self._send(producer, by_namespace)
             fault_point("settle-tables")
             tombstones: list[tuple[bytes, bytes | None]] = [(key, None) for key, _ in journal[::-1]]  # head first
