@@ -111,16 +111,17 @@ def split_new_content(
 
 def content_checks(content: Mapping[str, Mapping[bytes, bytes]]) -> dict[str, dict[bytes, bytes]]:
     """One check per document of ``content`` (see :data:`CONTENT_CHECKS`), to journal beside the rest."""
-    ids = {key for ops in content.values() for key in ops}
+    tables = [content.get(namespace, {}) for namespace in CONTENT_NAMESPACES]
+    crc32 = zlib.crc32
     checks: dict[bytes, bytes] = {}
-    for key in ids:
-        mask, crc = 0, 0
-        for bit, namespace in enumerate(CONTENT_NAMESPACES):
-            value = content.get(namespace, {}).get(key)
+    for key in set().union(*tables):
+        mask = crc = 0
+        for bit, table in enumerate(tables):
+            value = table.get(key)
             if value is not None:
                 mask |= 1 << bit
-                crc = zlib.crc32(value, crc)
-        checks[key] = bytes([mask]) + crc.to_bytes(4, "little")
+                crc = crc32(value, crc)
+        checks[key] = bytes((mask,)) + crc.to_bytes(4, "little")
     return {CONTENT_CHECKS: checks}
 
 

@@ -79,11 +79,14 @@ def bind_event(event: Any) -> None:
     faust_compat.set_current_event(event)
 
 
-def _by_namespace(records: Sequence[tuple[str, bytes, bytes | None]]) -> dict[str, list[tuple[bytes, bytes | None]]]:
-    grouped: dict[str, list[tuple[bytes, bytes | None]]] = {}
-    for namespace, key, value in records:
-        grouped.setdefault(namespace, []).append((key, value))
-    return grouped
+def _older_first(
+    older: dict[str, list[tuple[bytes, bytes | None]]], newer: dict[str, list[tuple[bytes, bytes | None]]]
+) -> dict[str, list[tuple[bytes, bytes | None]]]:
+    """Unsent records of a failed send, then those written since (per namespace, in write order)."""
+    merged = {namespace: list(records) for namespace, records in older.items()}
+    for namespace, records in newer.items():
+        merged.setdefault(namespace, []).extend(records)
+    return merged
 
 
 class FaustTableStore:
@@ -115,9 +118,10 @@ class FaustTableStore:
         self._tables = dict(tables)
         self._journal = Path(journal_dir) / "pending-batch.bin"
         self._event: Any = None
-        self._unsent: list[tuple[str, bytes, bytes | None]] = []
-        #: Changelog records of new documents' content, sent before the journal (journal.py).
-        self._unsent_content: list[tuple[str, bytes, bytes | None]] = []
+        #: Changelog records to send, per namespace, in the order written.
+        self._unsent: dict[str, list[tuple[bytes, bytes | None]]] = {}
+        #: Those of new documents' content, sent beside the journal (journal.py).
+        self._unsent_content: dict[str, list[tuple[bytes, bytes | None]]] = {}
         self._unsent_journal: list[bytes] = []
         #: The topics' size limits, once read (changelog batches are cut to them).
         self.limits: TopicLimits | None = None
@@ -155,14 +159,15 @@ class FaustTableStore:
 
     def write(self, batch: WriteSet) -> None:
         """Journal ``batch``, then apply it to the tables (see the module docstring)."""
+        content, rest = split_new_content(batch, self._new_documents(batch))
+        rest_blob = encode_batch(rest)
+        content_blob = encode_batch(content) if content else b""
         self._journal.parent.mkdir(parents=True, exist_ok=True)
         tmp = self._journal.with_suffix(".tmp")
-        blob = encode_batch(batch)
-        tmp.write_bytes(blob)
+        tmp.write_bytes(rest_blob + content_blob)  # decodes as the whole batch
         os.replace(tmp, self._journal)
-        content, rest = split_new_content(batch, self._new_documents(batch))
         self._apply(batch, content)
-        self._unsent_journal.append(encode_batch(rest) + encode_batch(content_checks(content)) if content else blob)
+        self._unsent_journal.append(rest_blob + encode_batch(content_checks(content)) if content else rest_blob)
 
     def _new_documents(self, batch: WriteSet) -> list[bytes]:
         """The ids ``batch`` adds to the state: it writes their record, and the tables hold none yet."""
@@ -181,15 +186,18 @@ class FaustTableStore:
 
         for namespace, ops in batch.items():
             writes = WriteBatch(raw_mode=True)  # one atomic RocksDB write per table
-            first = content.get(namespace, {}) if content else {}
-            for key in in_key_order(ops):  # faster memtable inserts (see in_key_order)
-                value = ops[key]
+            records = [(key, ops[key]) for key in in_key_order(ops)]  # faster memtable inserts (see in_key_order)
+            for key, value in records:
                 if value is None:
                     writes.delete(key)
                 else:
                     writes.put(key, value)
-                (self._unsent_content if key in first else self._unsent).append((namespace, key, value))
             self._db(namespace).write(writes)
+            first = content.get(namespace) if content else None
+            if first:
+                self._unsent_content.setdefault(namespace, []).extend(r for r in records if r[0] in first)
+                records = [r for r in records if r[0] not in first]
+            self._unsent.setdefault(namespace, []).extend(records)
 
     @property
     def pending(self) -> bool:
@@ -268,7 +276,7 @@ class FaustTableStore:
         stale = [k for k in db.keys() if k.startswith(JOURNAL_PREFIX)]  # noqa: SIM118 - an Rdict, not a dict
         for key in stale:
             writes.delete(key)
-            self._unsent.append(("meta", key, None))
+            self._unsent.setdefault("meta", []).append((key, None))
         db.write(writes)
 
     async def settle(self, producer: Any) -> None:
@@ -282,10 +290,10 @@ class FaustTableStore:
             producer: A started ``aiokafka.AIOKafkaProducer`` (records go in whole batches).
 
         """
-        unsent, self._unsent = self._unsent, []
-        content, self._unsent_content = self._unsent_content, []
+        unsent, self._unsent = self._unsent, {}
+        content, self._unsent_content = self._unsent_content, {}
         journals, self._unsent_journal = self._unsent_journal, []
-        by_namespace = _by_namespace(unsent)
+        by_namespace = {namespace: records for namespace, records in unsent.items() if records}
         if not by_namespace and not content:
             self._journal.unlink(missing_ok=True)
             return
@@ -294,7 +302,7 @@ class FaustTableStore:
         journal = self._journal_records(b"".join(journals)) if journals and by_namespace else []
         try:
             # the new documents' content beside the journal, which checks that it all arrived
-            first = _by_namespace(content)
+            first = dict(content)
             if journal:
                 first["meta"] = journal
             if first:
@@ -309,8 +317,8 @@ class FaustTableStore:
             await self._send(producer, {"meta": meta + tombstones})
         except BaseException:
             # Sent again, whole sequence, by the next settle (puts of final values are idempotent).
-            self._unsent = unsent + self._unsent
-            self._unsent_content = content + self._unsent_content
+            self._unsent = _older_first(unsent, self._unsent)
+            self._unsent_content = _older_first(content, self._unsent_content)
             self._unsent_journal = journals + self._unsent_journal
             raise
         self._journal.unlink(missing_ok=True)
