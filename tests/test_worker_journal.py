@@ -7,15 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from stream_dedupe.worker.journal import (
-    CONTENT_CHECKS,
-    added_documents,
-    content_checks,
-    content_matches,
-    decode_batch,
-    encode_batch,
-    split_new_content,
-)
+from stream_dedupe.worker import journal
+from stream_dedupe.worker.journal import CONTENT_CHECKS, decode_batch, encode_batch
 
 BATCH: dict[str, dict[bytes, bytes | None]] = {
     "docs": {b"new": b"record-new", b"old": b"record-old-v2", b"covered": b"record-covered-v2"},
@@ -28,11 +21,11 @@ BATCH: dict[str, dict[bytes, bytes | None]] = {
 
 def test_added_documents_are_those_with_a_record_and_an_original() -> None:
     # "covered" only has its record rewritten (a cover change): no content of its own in the batch
-    assert sorted(added_documents(BATCH)) == [b"new", b"old"]
+    assert sorted(journal.added_documents(BATCH)) == [b"new", b"old"]
 
 
 def test_only_the_content_of_new_documents_leaves_the_journal() -> None:
-    content, rest = split_new_content(BATCH, [b"new"])  # "old" had a record before the batch
+    content, rest = journal.split_new_content(BATCH, [b"new"])  # "old" had a record before the batch
     assert content == {
         "documents": {b"new": b'{"id":"new"}'},
         "sigs": {b"new": b"\x01" * 8},
@@ -49,7 +42,7 @@ def test_only_the_content_of_new_documents_leaves_the_journal() -> None:
 
 
 def test_no_new_documents_leaves_the_batch_whole() -> None:
-    content, rest = split_new_content(BATCH, [])
+    content, rest = journal.split_new_content(BATCH, [])
     assert content == {} and rest == BATCH
 
 
@@ -59,7 +52,7 @@ def test_content_checks_match_the_tables_only_when_every_value_arrived_unchanged
         "sigs": {b"a": b"sig a"},  # b has no signature (too short to shingle): not checked
         "sets": {b"a": b"set a"},
     }
-    checks = content_checks(content)[CONTENT_CHECKS]
+    checks = journal.content_checks(content)[CONTENT_CHECKS]
     assert set(checks) == {b"a", b"b"}
     journaled = decode_batch(encode_batch({CONTENT_CHECKS: checks}))[CONTENT_CHECKS]
 
@@ -67,10 +60,10 @@ def test_content_checks_match_the_tables_only_when_every_value_arrived_unchanged
         return lambda ns, keys: [tables.get(ns, {}).get(k) for k in keys]
 
     tables = {ns: dict(ops) for ns, ops in content.items()}
-    assert content_matches(journaled, reader(tables))
+    assert journal.content_matches(journaled, reader(tables))
     missing = {ns: dict(ops) for ns, ops in content.items()}
     del missing["sets"][b"a"]
-    assert not content_matches(journaled, reader(missing))
+    assert not journal.content_matches(journaled, reader(missing))
     changed = {ns: dict(ops) for ns, ops in content.items()}
     changed["documents"][b"b"] = b"original B"
-    assert not content_matches(journaled, reader(changed))
+    assert not journal.content_matches(journaled, reader(changed))
