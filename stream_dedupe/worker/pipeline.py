@@ -21,7 +21,6 @@ from typing import Any, cast
 
 import faust
 import orjson
-from aiokafka.partitioner import DefaultPartitioner  # type: ignore[import-untyped]
 
 from stream_dedupe.core.engine import DedupeEngine
 from stream_dedupe.core.events import DOCUMENT_EVENTS
@@ -33,6 +32,7 @@ from stream_dedupe.worker.faults import fault_point
 from stream_dedupe.worker.index_records import Origin, origin_of, record_of, signature_of
 from stream_dedupe.worker.metrics import WorkerMetrics
 from stream_dedupe.worker.outputs import fit_outputs, invalid_letter, poison_fault, short_key
+from stream_dedupe.worker.partition import default_partitions
 from stream_dedupe.worker.poison import await_settled, decide_safely
 from stream_dedupe.worker.produce import send_batches
 from stream_dedupe.worker.settings import WorkerSettings
@@ -42,7 +42,6 @@ from stream_dedupe.worker.sizes import TopicLimits, read_topic_limits
 from stream_dedupe.worker.store import FaustTableStore
 
 log = logging.getLogger("stream_dedupe.worker")
-_PARTITIONER = DefaultPartitioner()
 
 INDEX_OFFSET_KEY = b"worker:index-offset"
 INPUT_OFFSET_PREFIX = b"worker:input-offset:"
@@ -292,15 +291,17 @@ async def _publish(
     """Send ``(topic, key, value, headers)`` records as whole producer batches, one per partition.
 
     Partitions are chosen as ``producer.send`` does (aiokafka's default partitioner: murmur2 of
-    the key), so keys land where they always did; order is kept within each partition.
+    the key, here for the whole batch at once: :mod:`~stream_dedupe.worker.partition`), so keys
+    land where they always did; order is kept within each partition.
     """
     grouped: dict[tuple[str, int], tuple[list[tuple[bytes | None, bytes | None]], list[Any]]] = {}
-    for topic, key, value, headers in outputs:
-        parts = await _partitions(rt, topic)
-        partition = _PARTITIONER(key, parts, parts)
-        records, hs = grouped.setdefault((topic, partition), ([], []))
-        records.append((key, value))
-        hs.append(headers)
+    for topic in dict.fromkeys(output[0] for output in outputs):
+        rows = [output for output in outputs if output[0] == topic]
+        chosen = default_partitions([key for _, key, _, _ in rows], await _partitions(rt, topic))
+        for (_, key, value, headers), partition in zip(rows, chosen, strict=True):
+            records, hs = grouped.setdefault((topic, partition), ([], []))
+            records.append((key, value))
+            hs.append(headers)
     futures: list[Any] = []
     for (topic, partition), (records, hs) in grouped.items():
         futures.extend(f for f, _ in await send_batches(producer or rt.producer, topic, partition, records, hs))

@@ -120,10 +120,21 @@ def test_end_to_end_matches_embedded_engine(broker: Broker, names: Names, worker
     assert sum(1 for _, raw in expected_store.items("docs") if DocRecord.decode(raw).covered_by) > 500
 
     # Replaying the compacted deduped topic from the start yields exactly the canonical set.
-    deduped = replay_compacted(consume(broker.bootstrap, names.deduped))
+    deduped_msgs = consume(broker.bootstrap, names.deduped)
+    deduped = replay_compacted(deduped_msgs)
     canonical = set(iter_canonical_documents(expected_store))
     assert set(deduped.values()) == canonical
     assert set(deduped) == {orjson.loads(raw)["id"].encode() for raw in canonical}
+
+    # Every keyed record is on the partition the Java client's default partitioner (murmur2) picks.
+    from aiokafka.partitioner import DefaultPartitioner  # type: ignore[import-untyped]
+    from confluent_kafka.admin import AdminClient
+
+    listed = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=10).topics
+    for topic, topic_msgs in ((names.events, msgs), (names.deduped, deduped_msgs)):
+        partitions = sorted(listed[topic].partitions)
+        assert len(partitions) > 1, topic
+        assert all(m.partition == DefaultPartitioner()(m.key, partitions, partitions) for m in topic_msgs), topic
 
     # Topics: deduped topic and every table changelog are compacted; the index topic has one partition.
     changelogs = [f"{names.app_id}-state-{ns}-changelog" for ns in ("meta", "docs", "sigs", "documents")]
