@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -206,6 +208,29 @@ def test_loading_a_module_marks_it_used(built: Path) -> None:
     assert aot.load(built) is not None
     assert manifest.stat().st_mtime == recent
     assert aot.prune(built, keep="0" * 24) == []  # a module in use is never stale
+
+
+def test_a_module_of_the_same_name_from_another_directory_is_not_reused(
+    built: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The module's name is the build key: a build elsewhere (another cache, these tests) has the same one."""
+    manifest = orjson.loads((built / aot.build_key() / "manifest.json").read_bytes())
+    other = types.ModuleType(manifest["module"])  # e.g. the user cache's module, with other export names
+    other.__file__ = "/another/cache/" + manifest["module"] + ".so"
+    monkeypatch.setitem(sys.modules, manifest["module"], other)
+    loaded = aot.load(built)
+    assert loaded is not None and loaded.keys() == manifest["kernels"].keys()
+    assert all(callable(function) for exports in loaded.values() for function, _ in exports)
+
+
+def test_a_manifest_naming_exports_its_module_lacks_loads_nothing(built: Path, tmp_path: Path) -> None:
+    damaged = tmp_path / aot.build_key()
+    shutil.copytree(built / aot.build_key(), damaged)
+    manifest = orjson.loads((damaged / "manifest.json").read_bytes())
+    first = next(iter(manifest["kernels"]))
+    manifest["kernels"][first][0][0] += "_gone"
+    (damaged / "manifest.json").write_bytes(orjson.dumps(manifest))
+    assert aot.load(tmp_path) is None  # the kernels then come from numba, never an AttributeError
 
 
 def test_make_rebuilds_the_kernels_when_any_kernel_module_changes() -> None:

@@ -285,9 +285,10 @@ def load(root: Path | None = None) -> dict[str, list[tuple[Callable[..., Any], l
     except (OSError, ValueError):
         return None
     name = manifest["module"]
-    if name in sys.modules:
-        module = sys.modules[name]
-    else:
+    module = sys.modules.get(name)
+    # The name is the build key, the same for a build in another directory (the tests build one):
+    # a module of that name is reused only when it was loaded from this directory.
+    if module is None or Path(getattr(module, "__file__", "") or ".").parent != directory:
         found = [p for p in directory.iterdir() if p.name.startswith(name + ".") and p.suffix in (".so", ".pyd")]
         if not found:
             return None
@@ -302,10 +303,13 @@ def load(root: Path | None = None) -> dict[str, list[tuple[Callable[..., Any], l
             return None
         sys.modules[name] = module
     _mark_used(directory / _MANIFEST)
-    return {
-        qualified: [(getattr(module, export), specs) for export, specs in exports]
-        for qualified, exports in manifest["kernels"].items()
-    }
+    try:
+        return {
+            qualified: [(getattr(module, export), specs) for export, specs in exports]
+            for qualified, exports in manifest["kernels"].items()
+        }
+    except AttributeError:
+        return None  # a manifest of another build than its module (a damaged cache): numba's kernels instead
 
 
 def _mark_used(manifest: Path) -> None:
