@@ -14,23 +14,25 @@ log = logging.getLogger("stream_dedupe.worker.faults")
 _faults: dict[str, int] = {}
 
 
-def fault_point(name: str) -> None:
-    """Fault injection for the recovery tests: ``STREAM_DEDUPE_FAULT=<name>:<n>`` exits at the n-th pass.
-
-    Never set in production; the tests use it to die at an exact point of a sequence, which a
-    kill -9 only hits by chance.
-    """
+def _exit_pass(name: str) -> int | None:
+    """The pass of ``name`` at which ``STREAM_DEDUPE_FAULT`` makes the worker exit, if it names it."""
     fault = os.environ.get("STREAM_DEDUPE_FAULT", "")
-    if not fault.startswith(name + ":"):
+    return int(fault.rpartition(":")[2]) if fault.startswith(name + ":") else None
+
+
+def fault_point(name: str) -> None:
+    """Exit (code 86) at the n-th pass here when ``STREAM_DEDUPE_FAULT=<name>:<n>``."""
+    n = _exit_pass(name)
+    if n is None:
         return
     _faults[name] = _faults.get(name, 0) + 1
-    if _faults[name] >= int(fault.rpartition(":")[2]):
-        log.critical("fault injection %s: exiting now", fault)
+    if _faults[name] >= n:
+        log.critical("fault injection %s:%d: exiting now", name, n)
         logging.shutdown()
         os._exit(86)
 
 
 def fault_armed(name: str) -> bool:
     """True when the next :func:`fault_point` of ``name`` exits (the tests: a fault that also changes what is sent)."""
-    fault = os.environ.get("STREAM_DEDUPE_FAULT", "")
-    return fault.startswith(name + ":") and _faults.get(name, 0) + 1 >= int(fault.rpartition(":")[2])
+    n = _exit_pass(name)
+    return n is not None and _faults.get(name, 0) + 1 >= n

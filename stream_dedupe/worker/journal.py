@@ -90,7 +90,8 @@ def split_new_content(
 
     Returns:
         ``(content, rest)``: the puts of :data:`CONTENT_NAMESPACES` under ``new_ids`` (sent to
-        the changelogs first, never journaled), and the rest of the batch (journaled).
+        their changelogs beside the journal, checked by it, never journaled), and the rest of
+        the batch (journaled).
 
     """
     new = set(new_ids)

@@ -2,8 +2,8 @@
 
 The worker publishes each batch's events and canonical documents keyed by document id, and picks
 their partitions itself (whole producer batches per partition). aiokafka's ``DefaultPartitioner``
-hashes one key at a time in pure Python, ~3 us a key and 1.6% of a worker's CPU (py-spy,
-BENCHMARKS.md "A smaller redo journal"); this hashes the keys of a batch with numpy, grouped by
+hashes one key at a time in pure Python, 2-8 us a key (10-48 bytes) and 1.6% of a worker's CPU
+(py-spy, BENCHMARKS.md "A smaller redo journal"); this hashes the keys of a batch with numpy, grouped by
 length, one vector operation per 4 bytes of key. Written here because no maintained library
 exposes Kafka's murmur2 over arrays; ``tests/test_worker_partition.py`` checks it against
 aiokafka's for every length up to 70 bytes and for random keys.

@@ -178,7 +178,7 @@ class FaustTableStore:
         return [key for key, record in zip(added, before, strict=True) if record is None]
 
     def _apply(self, batch: WriteSet, content: WriteSet | None = None) -> None:
-        """Write ``batch`` to the local tables and queue its changelog records (``content``'s to go first)."""
+        """Write ``batch`` to the local tables; queue its changelog records (``content``'s to go beside the journal)."""
         if self._event is None:
             raise RuntimeError("FaustTableStore.write needs an event: call bind(event) first")
         bind_event(self._event)  # Faust's view of the current event (partition 0)
