@@ -1,0 +1,84 @@
+"""Cost of one large group of copies: ``dedupe`` over N copies of one page beside N distinct pages.
+
+A crawl can hold thousands of URLs with the same content (a soft-404, a login wall, a mirrored
+file) or with the same content and a counter (a ticket number, a visit id). This script measures
+how the engine's cost grows with the size of such a group, one fresh ``dedupe`` process per run
+(RocksDB state, events file), the three corpora interleaved per size:
+
+* ``distinct``: N pages of 300 random words (the baseline);
+* ``exact``: N copies of one such page under N ids (one content group);
+* ``near``: the same page with a different number appended to each copy (one near-duplicate cluster).
+
+Prints wall seconds, docs/s and each corpus's time over the baseline's at every size; a cost that
+grows with the group shows up as a ratio that grows with N (linear per document: quadratic in all).
+
+    .venv/bin/python bench/bench_groups.py --sizes 1000,2000,4000
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+REPO = Path(__file__).resolve().parents[1]
+KINDS = ("distinct", "exact", "near")
+
+
+def write_corpus(path: Path, kind: str, docs: int, seed: int = 1) -> None:
+    """``docs`` JSON lines of one ``kind`` (see the module docstring)."""
+    rng = random.Random(seed)
+    vocabulary = [f"w{i}" for i in range(5000)]
+    page = " ".join(rng.choice(vocabulary) for _ in range(300))
+    with path.open("wb") as out:
+        for i in range(docs):
+            if kind == "distinct":
+                text = " ".join(rng.choice(vocabulary) for _ in range(300))
+            elif kind == "exact":
+                text = page
+            else:
+                text = f"{page} visit {i} ticket {i * 7}"
+            out.write(orjson.dumps({"id": f"{kind}-{i}", "text": text}) + b"\n")
+
+
+def run_once(corpus: Path, work: Path) -> float:
+    """Wall seconds of one fresh ``dedupe`` process over ``corpus``."""
+    state, events = work / "state", work / "events.jsonl"
+    shutil.rmtree(state, ignore_errors=True)
+    started = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "stream_dedupe", "dedupe", str(corpus), "--state", str(state),
+         "--events", str(events), "--no-progress", "--jobs", "1"],
+        check=True, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,2000,4000", help="comma-separated N")
+    args = parser.parse_args()
+    print("| N | corpus | wall s | docs/s | over distinct |")
+    print("|---|---|---|---|---|", flush=True)
+    with tempfile.TemporaryDirectory(prefix="sd-groups-") as tmp:
+        work = Path(tmp)
+        for size in (int(s) for s in args.sizes.split(",")):
+            walls: dict[str, float] = {}
+            for kind in KINDS:
+                corpus = work / f"{kind}-{size}.jsonl"
+                write_corpus(corpus, kind, size)
+                walls[kind] = run_once(corpus, work)
+            for kind in KINDS:
+                wall, ratio = walls[kind], walls[kind] / walls["distinct"]
+                print(f"| {size:,} | {kind} | {wall:.2f} | {size / wall:,.0f} | {ratio:.1f}x |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
