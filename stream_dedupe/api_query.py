@@ -85,6 +85,9 @@ class _GraphWithQuery:
     def neighbours(self, doc_id: str) -> dict[str, float]:
         return self.base.neighbours(doc_id)
 
+    def candidates(self, doc_id: str) -> tuple[dict[str, float], bool]:
+        return self.base.candidates(doc_id)
+
     def assignment(self, doc_id: str) -> Assignment:
         return None if doc_id == self.doc_id else self.base.assignment(doc_id)
 

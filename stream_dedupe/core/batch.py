@@ -139,9 +139,9 @@ class BatchPreparer:
         state.prefetch("sigs", [key for key in (i.encode("utf-8") for i in ids) if state.get("docs", key) is not None])
         signed = []
         for item in prepared:
-            group = state.exact_group(item.content_hash)
-            if group:
-                ids.add(group[0])
+            head = state.exact_group_head(item.content_hash)
+            if head is not None:
+                ids.add(head)
             elif item.band_hashes is not None:
                 signed.append(item.band_hashes)
         if signed:

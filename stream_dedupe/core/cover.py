@@ -23,12 +23,18 @@ representative status flipped are looked at again, in order, with a priority que
 Identical normalized texts form one *content group*; the LSH pairs of a group are held by its
 indexed member, so a member's neighbours are its group plus the groups its group is paired with
 (:class:`StateCoverGraph`), whatever member of a group arrived first.
+
+A decided content group has at most one representative (every later member has it as an earlier
+representative at similarity 1.0), and only representatives can cover. So a decision reads the
+*candidates* (the representatives among the neighbours: one per paired group) and only a status
+flip reads every neighbour: a copy joining a group of N costs O(1) reads, not O(N)
+(``bench/bench_groups.py``).
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -67,6 +73,14 @@ class CoverGraph(Protocol):
 
     def neighbours(self, doc_id: str) -> dict[str, float]:
         """Documents with a pair at or above its threshold with ``doc_id``, and the similarity."""
+
+    def candidates(self, doc_id: str) -> tuple[dict[str, float], bool]:
+        """Neighbours that include every one that is a representative now, with the same similarities.
+
+        Returns:
+            The candidates, and True when they are every neighbour (no :meth:`neighbours` call needed).
+
+        """
 
     def assignment(self, doc_id: str) -> Assignment:
         """Who covers ``doc_id`` (None: it is a representative)."""
@@ -139,9 +153,9 @@ def update_cover(graph: CoverGraph, seeds: Iterable[str], arrived: Iterable[str]
     changes: list[CoverChange] = []
     while heap:
         mine, doc_id = heapq.heappop(heap)
-        neighbours = graph.neighbours(doc_id)
         before = graph.assignment(doc_id)
-        after = decide_one(graph, doc_id, neighbours)
+        candidates, complete = graph.candidates(doc_id)
+        after = decide_one(graph, doc_id, candidates)
         if after != before:
             graph.assign(doc_id, after)
             changes.append(CoverChange(doc_id, before, after))
@@ -152,7 +166,7 @@ def update_cover(graph: CoverGraph, seeds: Iterable[str], arrived: Iterable[str]
                 continue
         elif (before is None) == (after is None):
             continue
-        for other in neighbours:
+        for other in candidates if complete else graph.neighbours(doc_id):
             if other in queued:
                 continue
             theirs = order(other)
@@ -210,25 +224,49 @@ class StateCoverGraph:
         Every member of the document's content group (similarity 1.0), and every member of each
         group its group's indexed member is paired with, where the pair reaches its threshold.
         """
+        return self._expand(doc_id, every_member=True)[0]
+
+    def candidates(self, doc_id: str) -> tuple[dict[str, float], bool]:
+        """See :class:`CoverGraph`: :meth:`neighbours`, with each large group read by its representatives.
+
+        A group of at least ``state.groups.min_size`` members contributes only its
+        representatives (:meth:`~stream_dedupe.storage.state.StateView.group_representatives`,
+        O(1) reads); a smaller one all its members, as :meth:`neighbours` (so the common case
+        reads each group once, for the decision and the propagation both).
+        """
+        return self._expand(doc_id, every_member=False)
+
+    def _members(self, content_hash: bytes, every_member: bool) -> tuple[Sequence[str], bool]:
+        """A group's members, or its representatives when it is large; True if every member."""
+        state = self.state
+        ids = state.exact_group_view(content_hash)
+        if every_member or len(ids) < state.groups.min_size:
+            return ids, True
+        return state.group_representatives(content_hash), False
+
+    def _expand(self, doc_id: str, every_member: bool) -> tuple[dict[str, float], bool]:
         state = self.state
         record = self._record(doc_id)
-        group = state.exact_group(record.content_hash) or [doc_id]
+        own = record.content_hash
+        group, complete = self._members(own, every_member)
         out = {member: 1.0 for member in group if member != doc_id}
-        heads = {doc_id, group[0]}
         pairs: dict[str, float] = {}
-        for head in heads:
-            for other, similarity, exact in state.edges(head):
-                if not exact and other not in out and other != doc_id:
+        for head in {doc_id, state.exact_group_head(own) or doc_id}:
+            for other, similarity, _ in state.near_edges(head):
+                if other != doc_id and other not in out:
                     pairs[other] = max(similarity, pairs.get(other, 0.0))
         if not pairs:
-            return out
+            return out, complete
         state.prefetch_docs(pairs)
         mixed = bool(self.params.source_thresholds)
         for other, similarity in pairs.items():
             other_record = state.doc(other)
-            if other_record is None:
-                continue
-            far = state.exact_group(other_record.content_hash) or [other]
+            if other_record is None or other_record.content_hash == own:
+                continue  # a member of the document's own group is a neighbour at 1.0 already
+            far, every = self._members(other_record.content_hash, every_member)
+            complete = complete and every
+            if not far and every:
+                far = [other]  # a paired document with no group stands for itself
             for member in far:
                 if member == doc_id or (member in out and out[member] >= similarity):
                     continue
@@ -238,4 +276,4 @@ class StateCoverGraph:
                     if similarity < self.params.pair_decision_threshold(record.source, source):
                         continue
                 out[member] = similarity
-        return out
+        return out, complete

@@ -278,13 +278,13 @@ class DedupeEngine:
             if prior.representative:
                 seeds = later_neighbours(self.cover, doc.doc_id)
             events.extend(detach(state, self.uf, self.lsh, doc.doc_id, prior))
-        group = state.exact_group(item.content_hash)
-        state.put_exact_group(item.content_hash, [*group, doc.doc_id])
+        head = state.exact_group_head(item.content_hash)
+        state.add_to_exact_group(item.content_hash, doc.doc_id)
         state.put_document_json(doc.doc_id, doc.raw)
         indexed = False
         matches: list[tuple[str, float, bool]] = []
-        if group:
-            matches.append((group[0], 1.0, True))
+        if head is not None:
+            matches.append((head, 1.0, True))
         elif item.signature is not None:
             matches = near_matches(item, state, self.lsh, self.params, self.counters)
             indexed = True
@@ -392,7 +392,7 @@ class DedupeEngine:
             before.setdefault(root, uf.info(root))
         state.put_edges(doc_id, list(matches))  # a new or just-detached document has no edges yet
         for other, similarity, exact in matches:
-            state.put_edges(other, [*state.edges(other), (doc_id, similarity, exact)])
+            state.add_edges(other, [(doc_id, similarity, exact)])
             uf.union(doc_id, other)
         final = uf.cluster_of(doc_id)
         events: list[ev.Event] = []

@@ -16,6 +16,7 @@ import orjson
 from stream_dedupe.model import CanonicalKey, ClusterInfo
 from stream_dedupe.storage.base import NAMESPACES, KVStore
 from stream_dedupe.storage.docrecord import DocRecord, dumps
+from stream_dedupe.storage.groups import GroupRepresentatives
 from stream_dedupe.storage.hot import MISS, HotCache
 
 __all__ = ["DEFAULT_CACHE_ENTRIES", "HOT_NAMESPACES", "DocRecord", "Edge", "StateView", "dumps"]
@@ -60,6 +61,11 @@ HOT_NAMESPACES = ("meta", "docs", "exact", "parent", "clusters", "edges", "boile
 #: off, because it did not pay on the decide benchmark (BENCHMARKS.md, "The decide path, batch at a time").
 DEFAULT_CACHE_ENTRIES = 0
 _RECORDS = "docs~"  # the hot table of decoded document records, keyed by id
+#: Namespaces whose lists a batch appends to in place (:meth:`StateView.add_edges`,
+#: :meth:`StateView.add_to_exact_group`) and encodes once, at commit.
+_APPENDED = ("exact", "edges")
+#: What the overlay holds for a key whose appended value is not encoded yet (:meth:`StateView.get` encodes it).
+_PENDING = b"\x00pending"
 
 
 class StateView:
@@ -86,6 +92,14 @@ class StateView:
         self._records: dict[str, DocRecord | None] = {}
         #: Decoded values of the JSON namespaces read many times per decision (dropped on write).
         self._decoded: dict[str, dict[bytes, Any]] = {ns: {} for ns in _DECODED}
+        #: Keys of ``_APPENDED`` namespaces whose decoded list is this batch's own copy (appended in place).
+        self._owned: dict[str, set[bytes]] = {ns: set() for ns in _APPENDED}
+        #: Keys of ``_APPENDED`` namespaces appended to and not encoded yet (``_PENDING`` in the overlay).
+        self._pending: dict[str, set[bytes]] = {ns: set() for ns in _APPENDED}
+        #: The verified pairs of a document that are not exact-content ones, by key (this batch).
+        self._near: dict[bytes, list[Edge]] = {}
+        #: The representatives of large content groups, kept between batches (see :meth:`group_representatives`).
+        self.groups = GroupRepresentatives()
         self.hot = HotCache([*HOT_NAMESPACES, _RECORDS, *(ns + "~" for ns in _DECODED)], cache_entries)
 
     def resize_cache(self, entries: int) -> None:
@@ -99,6 +113,7 @@ class StateView:
         this today (each runs before the view exists, or on a worker whose engine is rebuilt).
         """
         self.hot.clear()
+        self.groups.clear()
 
     # -- raw access -------------------------------------------------------------------------
     def prefetch(self, namespace: str, keys: Sequence[bytes], absent: Sequence[bytes] = ()) -> None:
@@ -136,9 +151,11 @@ class StateView:
         """Read through the overlay and the cache."""
         cache = self._cache[namespace]
         try:
-            return cache[key]
+            value = cache[key]
         except KeyError:
             pass
+        else:
+            return self._encode_pending(namespace, key) if value is _PENDING else value
         hot = namespace in HOT_NAMESPACES and self.hot.limit > 0
         value = self.hot.lookup(namespace, key) if hot else MISS
         if value is MISS:
@@ -146,7 +163,7 @@ class StateView:
             if hot:
                 self.hot.put(namespace, {key: value})
         cache[key] = value
-        return value  # type: ignore[no-any-return]
+        return value
 
     def put(self, namespace: str, key: bytes, value: bytes | None) -> None:
         """Write into the overlay (None deletes)."""
@@ -154,20 +171,31 @@ class StateView:
         self._writes[namespace][key] = value
         if namespace == "docs":
             self._records.pop(key.decode("utf-8"), None)
+            self.groups.clear()  # a raw record write: which members are representatives is not known
         elif namespace in _DECODED:
-            self._decoded[namespace].pop(key, None)
+            self._forget_decoded(namespace, key)
 
     def put_many(self, namespace: str, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
         """Write many keys into the overlay at once (None deletes)."""
         self._cache[namespace].update(zip(keys, values, strict=True))
         self._writes[namespace].update(zip(keys, values, strict=True))
-        if namespace == "docs" and self._records:
-            for key in keys:
-                self._records.pop(key.decode("utf-8"), None)
+        if namespace == "docs":
+            self.groups.clear()  # raw record writes: which members are representatives is not known
+            if self._records:
+                for key in keys:
+                    self._records.pop(key.decode("utf-8"), None)
         elif namespace in _DECODED:
-            decoded = self._decoded[namespace]
             for key in keys:
-                decoded.pop(key, None)
+                self._forget_decoded(namespace, key)
+
+    def _forget_decoded(self, namespace: str, key: bytes) -> None:
+        """Drop what this batch holds decoded for ``key`` (its raw value was just written)."""
+        self._decoded[namespace].pop(key, None)
+        if namespace in _APPENDED:
+            self._owned[namespace].discard(key)
+            self._pending[namespace].discard(key)
+            if namespace == "edges":
+                self._near.pop(key, None)
 
     def overlay(self, namespace: str) -> tuple[dict[bytes, bytes | None], dict[bytes, bytes | None]]:
         """The batch's read cache and staged writes of a plain namespace, for a loop over many keys.
@@ -201,6 +229,9 @@ class StateView:
         """
         for key, value in (meta or {}).items():
             self.put("meta", key, value)
+        for namespace, keys in self._pending.items():
+            for key in list(keys):
+                self._encode_pending(namespace, key)
         batch = {ns: writes for ns, writes in self._writes.items() if writes}
         if batch:
             try:
@@ -210,7 +241,7 @@ class StateView:
                 raise
         if self.hot.limit:
             self._write_through(batch)
-        self.discard()
+        self._drop_overlay()
 
     def _write_through(self, batch: dict[str, dict[bytes, bytes | None]]) -> None:
         """Put the committed values of ``batch`` and the batch's decoded values into the cache."""
@@ -235,12 +266,21 @@ class StateView:
 
     def discard(self) -> None:
         """Drop the overlay (uncommitted writes are lost; the cache holds committed values only)."""
+        if any(self._writes.values()):
+            self.groups.clear()  # it followed the staged writes
+        self._drop_overlay()
+
+    def _drop_overlay(self) -> None:
         for ns in NAMESPACES:
             self._cache[ns].clear()
         self._writes = {ns: {} for ns in NAMESPACES}  # new dicts: the store may keep the batch's
         self._records.clear()
         for table in self._decoded.values():
             table.clear()
+        for ns in _APPENDED:
+            self._owned[ns].clear()
+            self._pending[ns].clear()
+        self._near.clear()
 
     def _decoded_value(self, namespace: str, key: bytes, decode: Callable[[bytes], Any]) -> Any:
         """``decode`` of a value read through the overlay, decoded once (None if missing)."""
@@ -295,8 +335,12 @@ class StateView:
 
     def put_doc(self, doc_id: str, record: DocRecord | None) -> None:
         """Write (or delete) a document record."""
-        self.put("docs", _key(doc_id), None if record is None else record.encode())
+        key, raw = _key(doc_id), None if record is None else record.encode()
+        self._cache["docs"][key] = raw
+        self._writes["docs"][key] = raw
         self._records[doc_id] = record
+        if record is not None and record.covered_by is None:
+            self.groups.joined(record.content_hash, doc_id)
 
     def document_json(self, doc_id: str) -> bytes | None:
         """The original JSON of a document."""
@@ -334,6 +378,9 @@ class StateView:
     ) -> None:
         """Stage documents never seen before, one overlay write per namespace (the batch fast path).
 
+        Each is the only member of a new content group: stage the groups with
+        :meth:`put_new_exact_groups`.
+
         Args:
             doc_ids: The documents.
             raws: Their original JSON.
@@ -344,7 +391,11 @@ class StateView:
         """
         keys = [_key(doc_id) for doc_id in doc_ids]
         self.put_many("documents", keys, raws)
-        self.put_many("docs", keys, records)
+        self._cache["docs"].update(zip(keys, records, strict=True))  # as put_doc (representatives of new groups)
+        self._writes["docs"].update(zip(keys, records, strict=True))
+        if self._records:
+            for doc_id in doc_ids:
+                self._records.pop(doc_id, None)
         self.put_many("sigs", keys, [_le_bytes(row) for row in signatures])
         with_sets = [(key, hashes) for key, hashes in zip(keys, shingle_sets, strict=True) if hashes is not None]
         if with_sets:
@@ -358,18 +409,90 @@ class StateView:
     def _put_id_list(self, namespace: str, key: bytes, ids: list[str]) -> None:
         self.put(namespace, key, dumps(ids) if ids else None)
         self._decoded[namespace][key] = list(ids) if ids else None  # what reading it back decodes to
+        if ids:
+            self._owned[namespace].add(key)
+
+    def _own_list(self, namespace: str, key: bytes, decode: Callable[[bytes], Any]) -> list[Any]:
+        """The decoded list of ``key`` as this batch's own copy, to append to in place."""
+        table, owned = self._decoded[namespace], self._owned[namespace]
+        if key in owned:
+            return table[key]  # type: ignore[no-any-return]
+        value = self._decoded_value(namespace, key, decode)
+        mine: list[Any] = [] if value is None else list(value)  # never the cache's (committed) list
+        table[key] = mine
+        owned.add(key)
+        return mine
+
+    def _stage_appended(self, namespace: str, key: bytes) -> None:
+        """Mark ``key``'s decoded list as written; it is encoded once, when read raw or committed."""
+        self._cache[namespace][key] = _PENDING
+        self._writes[namespace][key] = _PENDING
+        self._pending[namespace].add(key)
+
+    def _encode_pending(self, namespace: str, key: bytes) -> bytes | None:
+        """Encode an appended list into the overlay; its raw value."""
+        value = self._decoded[namespace][key]
+        raw = dumps(value) if value else None
+        self._cache[namespace][key] = raw
+        self._writes[namespace][key] = raw
+        self._pending[namespace].discard(key)
+        return raw
 
     def exact_group(self, content_hash: bytes) -> list[str]:
         """Ids of the documents whose normalized text has this hash (first: the indexed one)."""
         return self._id_list("exact", content_hash)
 
+    def exact_group_view(self, content_hash: bytes) -> Sequence[str]:
+        """:meth:`exact_group` without its copy (the caller must not modify it)."""
+        ids = self._decoded_value("exact", content_hash, orjson.loads)
+        return () if ids is None else ids
+
+    def exact_group_head(self, content_hash: bytes) -> str | None:
+        """The first (indexed) member of a content group, or None: :meth:`exact_group` without its copy."""
+        ids = self._decoded_value("exact", content_hash, orjson.loads)
+        return ids[0] if ids else None
+
     def put_exact_group(self, content_hash: bytes, ids: list[str]) -> None:
         """Replace an exact-content group (empty deletes it)."""
         self._put_id_list("exact", content_hash, ids)
 
+    def add_to_exact_group(self, content_hash: bytes, doc_id: str) -> None:
+        """Append a member to a content group (created if new).
+
+        Appends in place and encodes the group once per batch: a group of N copies costs O(N)
+        a batch, not O(N) an arrival (``bench/bench_groups.py``).
+        """
+        self._own_list("exact", content_hash, orjson.loads).append(doc_id)
+        self._stage_appended("exact", content_hash)
+
     def put_new_exact_groups(self, content_hashes: Sequence[bytes], doc_ids: Sequence[str]) -> None:
         """Stage new exact-content groups of one document each, with one overlay write."""
         self.put_many("exact", content_hashes, [dumps([doc_id]) for doc_id in doc_ids])
+        self.groups.forget(content_hashes)
+
+    def group_representatives(self, content_hash: bytes) -> list[str]:
+        """The members of a content group that are representatives (no ``covered_by``).
+
+        Once the cover is decided a group has at most one (any later member has it as an earlier
+        representative at similarity 1.0); during a cover update, two. A large group's answer is
+        kept between batches (:class:`~stream_dedupe.storage.groups.GroupRepresentatives`), so
+        that it costs O(1) reads, not one per member.
+        """
+        held = self.groups.get(content_hash)
+        if held is not None:
+            current = [m for m in held if self._representative_of(m, content_hash)]
+            if len(current) != len(held):
+                self.groups.keep(content_hash, current)
+            return current
+        ids = self._decoded_value("exact", content_hash, orjson.loads) or ()
+        reps = [m for m in ids if self._representative_of(m, content_hash)]
+        if len(ids) >= self.groups.min_size:
+            self.groups.keep(content_hash, reps)
+        return reps
+
+    def _representative_of(self, doc_id: str, content_hash: bytes) -> bool:
+        record = self.doc(doc_id)
+        return record is not None and record.covered_by is None and record.content_hash == content_hash
 
     def edges(self, doc_id: str) -> list[Edge]:
         """Verified pairs of a document: ``(other id, similarity, exact)``."""
@@ -381,6 +504,33 @@ class StateView:
         key = _key(doc_id)
         self.put("edges", key, dumps(edges) if edges else None)
         self._decoded["edges"][key] = [(o, float(s), bool(e)) for o, s, e in edges] if edges else None
+        if edges:
+            self._owned["edges"].add(key)
+
+    def add_edges(self, doc_id: str, edges: Sequence[Edge]) -> None:
+        """Append verified pairs to a document's edges, in place (encoded once a batch, as exact groups are)."""
+        if not edges:
+            return
+        key = _key(doc_id)
+        added = [(o, float(s), bool(e)) for o, s, e in edges]
+        self._own_list("edges", key, _decode_edges).extend(added)
+        near = self._near.get(key)
+        if near is not None:
+            near.extend(edge for edge in added if not edge[2])
+        self._stage_appended("edges", key)
+
+    def near_edges(self, doc_id: str) -> list[Edge]:
+        """A document's verified pairs that are not exact-content ones (the caller must not modify the list).
+
+        The indexed member of a group of N copies holds N exact edges and few near ones: the
+        near ones are filtered once a batch, not at every read.
+        """
+        key = _key(doc_id)
+        near = self._near.get(key)
+        if near is None:
+            edges = self._decoded_value("edges", key, _decode_edges) or ()
+            near = self._near[key] = [edge for edge in edges if not edge[2]]
+        return near
 
     # -- union-find (ClusterStore protocol) --------------------------------------------------
     def get_parent(self, doc_id: str) -> str | None:
