@@ -11,13 +11,16 @@ how the engine's cost grows with the size of such a group, one fresh ``dedupe`` 
 
 Prints wall seconds, docs/s and each corpus's time over the baseline's at every size; a cost that
 grows with the group shows up as a ratio that grows with N (linear per document: quadratic in all).
+``--checkout DIR`` (repeatable) runs another source tree beside this one (``git archive REV
+stream_dedupe | tar -x -C DIR``), interleaved, on the same corpora.
 
-    .venv/bin/python bench/bench_groups.py --sizes 1000   # ~80 s; near copies at 2,000+ take minutes
+    .venv/bin/python bench/bench_groups.py --sizes 1000,5000   # ~4 min: the near copies are quadratic
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shutil
 import subprocess
@@ -48,36 +51,43 @@ def write_corpus(path: Path, kind: str, docs: int, seed: int = 1) -> None:
             out.write(orjson.dumps({"id": f"{kind}-{i}", "text": text}) + b"\n")
 
 
-def run_once(corpus: Path, work: Path) -> float:
-    """Wall seconds of one fresh ``dedupe`` process over ``corpus``."""
+def run_once(corpus: Path, work: Path, checkout: Path = REPO) -> float:
+    """Wall seconds of one fresh ``dedupe`` process of the ``checkout`` tree over ``corpus``."""
     state, events = work / "state", work / "events.jsonl"
     shutil.rmtree(state, ignore_errors=True)
     started = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "stream_dedupe", "dedupe", str(corpus), "--state", str(state),
          "--events", str(events), "--no-progress", "--jobs", "1"],
-        check=True, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        check=True, cwd=work, env={**os.environ, "PYTHONPATH": str(checkout)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     return time.perf_counter() - started
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="1000", help="comma-separated N (near copies: ~80 s at 1,000, quadratic)")
+    parser.add_argument("--sizes", default="1000", help="comma-separated N (1,000 near copies: ~6 s, quadratic)")
+    parser.add_argument("--checkout", action="append", type=Path, default=[], help="another source tree")
     args = parser.parse_args()
-    print("| N | corpus | wall s | docs/s | over distinct |")
-    print("|---|---|---|---|---|", flush=True)
+    checkouts = [REPO, *args.checkout]
+    print("| tree | N | corpus | wall s | docs/s | over distinct |")
+    print("|---|---|---|---|---|---|", flush=True)
     with tempfile.TemporaryDirectory(prefix="sd-groups-") as tmp:
         work = Path(tmp)
         for size in (int(s) for s in args.sizes.split(",")):
-            walls: dict[str, float] = {}
+            walls: dict[tuple[Path, str], float] = {}
             for kind in KINDS:
                 corpus = work / f"{kind}-{size}.jsonl"
                 write_corpus(corpus, kind, size)
-                walls[kind] = run_once(corpus, work)
-            for kind in KINDS:
-                wall, ratio = walls[kind], walls[kind] / walls["distinct"]
-                print(f"| {size:,} | {kind} | {wall:.2f} | {size / wall:,.0f} | {ratio:.1f}x |", flush=True)
+                for checkout in checkouts:  # interleaved: the trees share the machine's state of the moment
+                    walls[checkout, kind] = run_once(corpus, work, checkout)
+            for checkout in checkouts:
+                for kind in KINDS:
+                    wall, ratio = walls[checkout, kind], walls[checkout, kind] / walls[checkout, "distinct"]
+                    name = "this" if checkout == REPO else checkout.name
+                    row = f"| {name} | {size:,} | {kind} | {wall:.2f} | {size / wall:,.0f} | {ratio:.1f}x |"
+                    print(row, flush=True)
 
 
 if __name__ == "__main__":

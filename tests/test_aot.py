@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from bench.synth import generate
-from stream_dedupe.core import aot
+from stream_dedupe.core import aot, jit
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,6 +81,34 @@ def test_a_run_loads_the_module_without_numba_and_decides_the_same(built: Path, 
     assert outputs["numba"][0] == ["False", "True"]
     assert outputs["aot"][1] == outputs["numba"][1]
     assert b'"duplicate-of"' in outputs["aot"][1]
+
+
+def test_a_small_run_uses_the_module_when_there_is_one_and_stays_pure_without(built: Path, tmp_path: Path) -> None:
+    # Under 4 MB numba's import would cost more than the run, but the module loads in a millisecond
+    # and is faster from the first document (a big group of near copies: 3x), so only its absence
+    # keeps a small run pure.
+    corpus = tmp_path / "small.jsonl"
+    page = " ".join(f"w{i % 97}x{i}" for i in range(300))
+    corpus.write_bytes(b"".join(orjson.dumps({"id": str(i), "text": f"{page} visit {i}"}) + b"\n" for i in range(60)))
+    assert corpus.stat().st_size < jit.INPUT_BYTES
+    outputs = {}
+    for label, env in (("aot", _env(STREAM_DEDUPE_AOT_DIR=str(built))), ("pure", _env(STREAM_DEDUPE_AOT="0"))):
+        events = tmp_path / f"{label}.jsonl"
+        result = subprocess.run(
+            [sys.executable, "-c", RUN, str(corpus), str(tmp_path / f"state-{label}"), str(events)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=600,
+        )
+        assert result.returncode == 0, result.stderr
+        summary_row = [line.split() for line in result.stderr.splitlines() if line.strip().startswith("kernels")]
+        outputs[label] = (result.stdout.split()[-2:], summary_row[0][-1], events.read_bytes())
+    assert outputs["aot"][:2] == (["True", "False"], "ahead-of-time")
+    assert outputs["pure"][:2] == (["False", "False"], "pure")  # no module: pure, numba never imported
+    assert outputs["aot"][2] == outputs["pure"][2]
+    assert outputs["aot"][2].count(b'"duplicate-of"') >= 50  # one cluster of near copies
 
 
 def test_another_machine_or_code_finds_no_module(built: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,7 +15,8 @@ and numba is imported only for a call that module cannot take.
 Every pure implementation gives the same results bit for bit (``tests/test_pure_kernels.py``
 checks them against the compiled kernels and against datasketch). Who enables numba: the
 signer, for a batch big enough to repay it (:func:`note_batch`), the command line for a big input
-or state (which otherwise holds the process pure: :func:`stay_pure`),
+or state, or for any input when the ahead-of-time module is built (which otherwise holds the
+process pure: :func:`choose`, :func:`stay_pure`),
 :func:`stream_dedupe.warmup.warm`, and, as a backstop for any other caller, the
 :data:`PURE_CALLS` th call of a kernel in pure mode.
 """
@@ -152,20 +153,15 @@ def enable() -> None:
     is one: no numba import. Else numba: each kernel is compiled, or loaded from numba's cache,
     on its first call.
     """
-    global _enabled, _aot
+    global _enabled
     if _enabled:
         return
     with _lock:
         if _enabled:
             return
-        exports = _load_aot()
-        if exports is not None:
-            _aot = exports
-            for kernel in _kernels:
-                _bind_aot(kernel, exports)
-        else:
+        if not enable_ahead_of_time():
             _enable_numba_locked()
-        _enabled = True
+            _enabled = True
 
 
 def enable_numba() -> None:
@@ -237,7 +233,13 @@ INPUT_BYTES = 4 << 20
 
 
 def choose(input_bytes: int | None, state_bytes: int) -> None:
-    """For a run over a known amount of data: numba up front when it is big, else pure throughout.
+    """For a run over a known amount of data: compiled kernels up front when they are cheap or it is big.
+
+    The ahead-of-time module, when this machine has one, loads in about a millisecond and is
+    faster than the pure kernels from the first document (a one-line run costs the same, 1,000
+    near copies of one page take 6 s instead of 18 s: BENCHMARKS.md, "One large group of
+    copies"), so it is used for any run. Without it, a small run stays pure throughout: numba's
+    import would cost more than the run.
 
     Args:
         input_bytes: Bytes of input (None: unknown, standard input; the batches decide then).
@@ -248,8 +250,30 @@ def choose(input_bytes: int | None, state_bytes: int) -> None:
         return
     if MODE == "on" or input_bytes + state_bytes >= INPUT_BYTES:
         enable()
-    else:
+    elif not enable_ahead_of_time():
         stay_pure()
+
+
+def enable_ahead_of_time() -> bool:
+    """Enable the kernels from the ahead-of-time module if this machine has one (numba is not imported).
+
+    Returns:
+        True when the kernels now run compiled (also when they already did), False when there is
+        no ahead-of-time module to load (nothing changes then).
+
+    """
+    global _enabled, _aot
+    with _lock:
+        if _enabled:
+            return True
+        exports = _load_aot()
+        if exports is None:
+            return False
+        _aot = exports
+        for kernel in _kernels:
+            _bind_aot(kernel, exports)
+        _enabled = True
+        return True
 
 
 def stay_pure() -> None:
