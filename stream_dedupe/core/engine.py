@@ -393,7 +393,8 @@ class DedupeEngine:
         state.put_edges(doc_id, list(matches))  # a new or just-detached document has no edges yet
         for other, similarity, exact in matches:
             state.add_edges(other, [(doc_id, similarity, exact)])
-            uf.union(doc_id, other)
+        for root in before:  # one union per cluster joined, not per match (a cluster of N near copies: N)
+            uf.union(doc_id, root)
         final = uf.cluster_of(doc_id)
         events: list[ev.Event] = []
         for info in before.values():
