@@ -51,14 +51,14 @@ def write_corpus(path: Path, kind: str, docs: int, seed: int = 1) -> None:
             out.write(orjson.dumps({"id": f"{kind}-{i}", "text": text}) + b"\n")
 
 
-def run_once(corpus: Path, work: Path, checkout: Path = REPO) -> float:
+def run_once(corpus: Path, work: Path, checkout: Path = REPO, extra: tuple[str, ...] = ()) -> float:
     """Wall seconds of one fresh ``dedupe`` process of the ``checkout`` tree over ``corpus``."""
     state, events = work / "state", work / "events.jsonl"
     shutil.rmtree(state, ignore_errors=True)
     started = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "stream_dedupe", "dedupe", str(corpus), "--state", str(state),
-         "--events", str(events), "--no-progress", "--jobs", "1"],
+         "--events", str(events), "--no-progress", "--jobs", "1", *extra],
         check=True, cwd=work, env={**os.environ, "PYTHONPATH": str(checkout)},
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -69,21 +69,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000", help="comma-separated N (1,000 near copies: ~6 s, quadratic)")
     parser.add_argument("--checkout", action="append", type=Path, default=[], help="another source tree")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="corpora to run (distinct is the baseline)")
+    parser.add_argument("--max-bucket-size", type=int, help="passed to dedupe (default: dedupe's, 500)")
     args = parser.parse_args()
     checkouts = [REPO, *args.checkout]
+    kinds = ["distinct", *(k for k in args.kinds.split(",") if k != "distinct")]
+    unknown = set(kinds) - set(KINDS)
+    if unknown:
+        parser.error(f"unknown --kinds {sorted(unknown)}: choose from {', '.join(KINDS)}")
+    extra = () if args.max_bucket_size is None else ("--max-bucket-size", str(args.max_bucket_size))
     print("| tree | N | corpus | wall s | docs/s | over distinct |")
     print("|---|---|---|---|---|---|", flush=True)
     with tempfile.TemporaryDirectory(prefix="sd-groups-") as tmp:
         work = Path(tmp)
         for size in (int(s) for s in args.sizes.split(",")):
             walls: dict[tuple[Path, str], float] = {}
-            for kind in KINDS:
+            for kind in kinds:
                 corpus = work / f"{kind}-{size}.jsonl"
                 write_corpus(corpus, kind, size)
                 for checkout in checkouts:  # interleaved: the trees share the machine's state of the moment
-                    walls[checkout, kind] = run_once(corpus, work, checkout)
+                    walls[checkout, kind] = run_once(corpus, work, checkout, extra)
             for checkout in checkouts:
-                for kind in KINDS:
+                for kind in kinds:
                     wall, ratio = walls[checkout, kind], walls[checkout, kind] / walls[checkout, "distinct"]
                     name = "this" if checkout == REPO else checkout.name
                     row = f"| {name} | {size:,} | {kind} | {wall:.2f} | {size / wall:,.0f} | {ratio:.1f}x |"
