@@ -59,28 +59,32 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+def _dedupe(corpus: Path, tmp_path: Path, label: str, env: dict[str, str]) -> tuple[list[str], str, bytes]:
+    """``dedupe`` over ``corpus``, a fresh process: [module active, numba imported], kernels row, events."""
+    events = tmp_path / f"{label}.jsonl"
+    result = subprocess.run(
+        [sys.executable, "-c", RUN, str(corpus), str(tmp_path / f"state-{label}"), str(events)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    summary_row = [line.split() for line in result.stderr.splitlines() if line.strip().startswith("kernels")]
+    assert summary_row, result.stderr
+    return result.stdout.split()[-2:], summary_row[0][-1], events.read_bytes()
+
+
 def test_a_run_loads_the_module_without_numba_and_decides_the_same(built: Path, tmp_path: Path) -> None:
     corpus = tmp_path / "docs.jsonl"
     corpus.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in generate(3000, 4, 0.3)))  # > 4 MB: compiled
-    outputs = {}
-    for label, env in (("aot", _env(STREAM_DEDUPE_AOT_DIR=str(built))), ("numba", _env(STREAM_DEDUPE_AOT="0"))):
-        events = tmp_path / f"{label}.jsonl"
-        result = subprocess.run(
-            [sys.executable, "-c", RUN, str(corpus), str(tmp_path / f"state-{label}"), str(events)],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=tmp_path,
-            timeout=600,
-        )
-        assert result.returncode == 0, result.stderr
-        outputs[label] = (result.stdout.split()[-2:], events.read_bytes())
-        summary_row = [line.split() for line in result.stderr.splitlines() if line.strip().startswith("kernels")]
-        assert summary_row and summary_row[0][-1] == ("ahead-of-time" if label == "aot" else "numba")
-    assert outputs["aot"][0] == ["True", "False"]  # the module's kernels, numba never imported
-    assert outputs["numba"][0] == ["False", "True"]
-    assert outputs["aot"][1] == outputs["numba"][1]
-    assert b'"duplicate-of"' in outputs["aot"][1]
+    aot_run = _dedupe(corpus, tmp_path, "aot", _env(STREAM_DEDUPE_AOT_DIR=str(built)))
+    numba_run = _dedupe(corpus, tmp_path, "numba", _env(STREAM_DEDUPE_AOT="0"))
+    assert aot_run[:2] == (["True", "False"], "ahead-of-time")  # the module's kernels, numba never imported
+    assert numba_run[:2] == (["False", "True"], "numba")
+    assert aot_run[2] == numba_run[2]
+    assert b'"duplicate-of"' in aot_run[2]
 
 
 def test_a_small_run_uses_the_module_when_there_is_one_and_stays_pure_without(built: Path, tmp_path: Path) -> None:
@@ -91,24 +95,12 @@ def test_a_small_run_uses_the_module_when_there_is_one_and_stays_pure_without(bu
     page = " ".join(f"w{i % 97}x{i}" for i in range(300))
     corpus.write_bytes(b"".join(orjson.dumps({"id": str(i), "text": f"{page} visit {i}"}) + b"\n" for i in range(60)))
     assert corpus.stat().st_size < jit.INPUT_BYTES
-    outputs = {}
-    for label, env in (("aot", _env(STREAM_DEDUPE_AOT_DIR=str(built))), ("pure", _env(STREAM_DEDUPE_AOT="0"))):
-        events = tmp_path / f"{label}.jsonl"
-        result = subprocess.run(
-            [sys.executable, "-c", RUN, str(corpus), str(tmp_path / f"state-{label}"), str(events)],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=tmp_path,
-            timeout=600,
-        )
-        assert result.returncode == 0, result.stderr
-        summary_row = [line.split() for line in result.stderr.splitlines() if line.strip().startswith("kernels")]
-        outputs[label] = (result.stdout.split()[-2:], summary_row[0][-1], events.read_bytes())
-    assert outputs["aot"][:2] == (["True", "False"], "ahead-of-time")
-    assert outputs["pure"][:2] == (["False", "False"], "pure")  # no module: pure, numba never imported
-    assert outputs["aot"][2] == outputs["pure"][2]
-    assert outputs["aot"][2].count(b'"duplicate-of"') >= 50  # one cluster of near copies
+    aot_run = _dedupe(corpus, tmp_path, "aot", _env(STREAM_DEDUPE_AOT_DIR=str(built)))
+    pure_run = _dedupe(corpus, tmp_path, "pure", _env(STREAM_DEDUPE_AOT="0"))
+    assert aot_run[:2] == (["True", "False"], "ahead-of-time")
+    assert pure_run[:2] == (["False", "False"], "pure")  # no module: pure, numba never imported
+    assert aot_run[2] == pure_run[2]
+    assert aot_run[2].count(b'"duplicate-of"') >= 50  # one cluster of near copies
 
 
 def test_another_machine_or_code_finds_no_module(built: Path, monkeypatch: pytest.MonkeyPatch) -> None:
