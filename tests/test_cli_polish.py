@@ -298,3 +298,16 @@ def test_warmup_module_compiles_into_the_given_cache(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "kernels ready" in result.stdout
     assert list((tmp_path / "cache").rglob("*.nbi"))
+
+
+def test_the_summary_warns_when_the_largest_cluster_outgrew_the_bucket_cap(tmp_path: Path) -> None:
+    corpus = tmp_path / "copies.jsonl"
+    page = " ".join(f"word{i % 53}x{i}" for i in range(200))
+    corpus.write_bytes(b"".join(orjson.dumps({"id": f"c{i}", "text": f"{page} visit {i}"}) + b"\n" for i in range(12)))
+    capped = cli("dedupe", str(corpus), "--state", str(tmp_path / "capped"), "--max-bucket-size", "4")
+    assert "largest cluster" in capped.stderr
+    notes = [line for line in capped.stderr.splitlines() if line.startswith("note: ")]
+    assert len(notes) == 1, capped.stderr
+    assert "largest cluster (12 documents)" in notes[0] and "--max-bucket-size 4)" in notes[0]
+    roomy = cli("dedupe", str(corpus), "--state", str(tmp_path / "roomy"), "--max-bucket-size", "12")
+    assert "largest cluster" in roomy.stderr and "note: " not in roomy.stderr  # 12 fit a bucket of 12
