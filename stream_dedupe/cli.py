@@ -155,7 +155,10 @@ def dedupe(
     boilerplate_min_docs: MinDocsOpt = None,
     boilerplate_min_tokens: MinLineTokensOpt = None,
     max_doc_bytes: Annotated[int, typer.Option(help="Larger records are invalid (too-large).")] = 1 << 20,
-    max_bucket_size: Annotated[int, typer.Option(help="LSH bucket cap (hot buckets stop growing).")] = 500,
+    max_bucket_size: Annotated[
+        int,
+        typer.Option(help="LSH bucket cap (hot buckets stop growing); keep it above the largest near-copy cluster."),
+    ] = 500,
     batch_size: Annotated[int, typer.Option(help="Documents per batch and per atomic commit.")] = 512,
     strict: Annotated[bool, typer.Option(help="Exit 1 if any record was invalid.")] = False,
     jobs: Annotated[

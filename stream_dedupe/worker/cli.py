@@ -100,7 +100,10 @@ def worker(
     max_doc_bytes: Annotated[
         int | None, _opt("max_doc_bytes", "Larger records go to the DLQ [default: 1 MiB].")
     ] = None,
-    max_bucket_size: Annotated[int | None, _opt("max_bucket_size", "LSH bucket cap [default: 500].")] = None,
+    max_bucket_size: Annotated[
+        int | None,
+        _opt("max_bucket_size", "LSH bucket cap; keep it above the largest near-copy cluster [default: 500]."),
+    ] = None,
     processing_guarantee: Annotated[
         str | None, _opt("processing_guarantee", "at_least_once or exactly_once [default: at_least_once].")
     ] = None,
