@@ -85,8 +85,11 @@ class BatchOverlay:
     def _records_rewritten(self) -> None:
         """Document records were written raw, dropped unwritten, or changed under the view."""
 
-    def _list_rewritten(self, namespace: str | None, key: bytes | None) -> None:
-        """A decoded list was replaced (``key`` of ``namespace``), or every one was dropped (None, None)."""
+    def _list_rewritten(self, namespace: str, key: bytes) -> None:
+        """The decoded list of ``key`` in ``namespace`` was replaced by a raw write."""
+
+    def _batch_dropped(self) -> None:
+        """The batch's overlay was dropped (committed or discarded)."""
 
     # -- raw access -------------------------------------------------------------------------
     def prefetch(self, namespace: str, keys: Sequence[bytes], absent: Sequence[bytes] = ()) -> None:
@@ -252,7 +255,7 @@ class BatchOverlay:
         for ns in APPENDED:
             self._owned[ns].clear()
             self._pending[ns].clear()
-        self._list_rewritten(None, None)
+        self._batch_dropped()
 
     def _decoded_value(self, namespace: str, key: bytes, decode: Callable[[bytes], Any]) -> Any:
         """``decode`` of a value read through the overlay, decoded once (None if missing)."""

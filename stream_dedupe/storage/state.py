@@ -76,11 +76,12 @@ class StateView(BatchOverlay):
     def _records_rewritten(self) -> None:
         self.groups.clear()  # which members of a group are representatives is not known any more
 
-    def _list_rewritten(self, namespace: str | None, key: bytes | None) -> None:
-        if namespace is None:
-            self._near.clear()
-        elif namespace == "edges" and key is not None:
+    def _list_rewritten(self, namespace: str, key: bytes) -> None:
+        if namespace == "edges":
             self._near.pop(key, None)
+
+    def _batch_dropped(self) -> None:
+        self._near.clear()
 
     # -- documents --------------------------------------------------------------------------
     def doc(self, doc_id: str) -> DocRecord | None:
