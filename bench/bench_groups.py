@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -51,18 +52,20 @@ def write_corpus(path: Path, kind: str, docs: int, seed: int = 1) -> None:
             out.write(orjson.dumps({"id": f"{kind}-{i}", "text": text}) + b"\n")
 
 
-def run_once(corpus: Path, work: Path, checkout: Path = REPO, extra: tuple[str, ...] = ()) -> float:
-    """Wall seconds of one fresh ``dedupe`` process of the ``checkout`` tree over ``corpus``."""
+def run_once(corpus: Path, work: Path, checkout: Path = REPO, extra: tuple[str, ...] = ()) -> tuple[float, str]:
+    """Wall seconds of one fresh ``dedupe`` of the ``checkout`` tree over ``corpus``, and its representatives."""
     state, events = work / "state", work / "events.jsonl"
     shutil.rmtree(state, ignore_errors=True)
     started = time.perf_counter()
-    subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-m", "stream_dedupe", "dedupe", str(corpus), "--state", str(state),
          "--events", str(events), "--no-progress", "--jobs", "1", *extra],
         check=True, cwd=work, env={**os.environ, "PYTHONPATH": str(checkout)},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    return time.perf_counter() - started
+    wall = time.perf_counter() - started
+    found = re.search(r"representatives \(the deduped set\)\s+([\d,]+)", done.stderr)
+    return wall, found.group(1) if found else "?"
 
 
 def main() -> None:
@@ -78,22 +81,24 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown --kinds {sorted(unknown)}: choose from {', '.join(KINDS)}")
     extra = () if args.max_bucket_size is None else ("--max-bucket-size", str(args.max_bucket_size))
-    print("| tree | N | corpus | wall s | docs/s | over distinct |")
-    print("|---|---|---|---|---|---|", flush=True)
+    print("| tree | N | corpus | wall s | docs/s | over distinct | representatives |")
+    print("|---|---|---|---|---|---|---|", flush=True)
     with tempfile.TemporaryDirectory(prefix="sd-groups-") as tmp:
         work = Path(tmp)
         for size in (int(s) for s in args.sizes.split(",")):
             walls: dict[tuple[Path, str], float] = {}
+            kept: dict[tuple[Path, str], str] = {}
             for kind in kinds:
                 corpus = work / f"{kind}-{size}.jsonl"
                 write_corpus(corpus, kind, size)
                 for checkout in checkouts:  # interleaved: the trees share the machine's state of the moment
-                    walls[checkout, kind] = run_once(corpus, work, checkout, extra)
+                    walls[checkout, kind], kept[checkout, kind] = run_once(corpus, work, checkout, extra)
             for checkout in checkouts:
                 for kind in kinds:
                     wall, ratio = walls[checkout, kind], walls[checkout, kind] / walls[checkout, "distinct"]
                     name = "this" if checkout == REPO else checkout.name
                     row = f"| {name} | {size:,} | {kind} | {wall:.2f} | {size / wall:,.0f} | {ratio:.1f}x |"
+                    row += f" {kept[checkout, kind]} |"
                     print(row, flush=True)
 
 

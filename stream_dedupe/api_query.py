@@ -94,6 +94,9 @@ class _GraphWithQuery:
     def assign(self, doc_id: str, assignment: Assignment) -> None:
         raise AssertionError("the read-only query path never assigns")
 
+    def successor(self, doc_id: str, former: str) -> Assignment:
+        return None  # the read-only path verifies no pair the index did not offer
+
 
 class QueryPath:
     """Answers queries for one engine.

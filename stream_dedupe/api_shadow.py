@@ -23,6 +23,7 @@ from stream_dedupe.core.batch import BatchPreparer
 from stream_dedupe.core.boilerplate import BoilerplateLearner
 from stream_dedupe.core.cover import StateCoverGraph
 from stream_dedupe.core.engine import DedupeEngine
+from stream_dedupe.core.hidden_pairs import HiddenPairs
 from stream_dedupe.core.unionfind import UnionFind
 from stream_dedupe.storage.state import StateView
 
@@ -62,6 +63,10 @@ class ShadowLsh(LshIndex):
             found |= self._extra(row)
         return found
 
+    def full_bands(self, hashes: np.ndarray) -> np.ndarray:
+        """See :class:`LshIndex` (the real tables' buckets: a speculative batch joins none past the cap)."""
+        return self.base.full_bands(hashes)
+
     def add(self, doc_id: str, hashes: np.ndarray) -> tuple[set[str], int]:
         """See :class:`LshIndex` (nothing reaches the real tables)."""
         found = self.query(hashes)
@@ -89,9 +94,10 @@ def shadow_engine(engine: DedupeEngine) -> DedupeEngine:
     state = StateView(engine.store)
     shadow.params, shadow.limits, shadow.store, shadow.state = engine.params, engine.limits, engine.store, state
     shadow.uf = UnionFind(state)
-    shadow.cover = StateCoverGraph(state, engine.params)
     shadow.signer = engine.signer
     shadow.counters = Counter()
+    shadow.hidden = HiddenPairs(state, engine.params, lambda: shadow.lsh, shadow.counters)
+    shadow.cover = StateCoverGraph(state, engine.params, shadow.hidden)
     learner = None
     if engine.boilerplate is not None:
         learner = object.__new__(BoilerplateLearner)

@@ -157,7 +157,7 @@ def dedupe(
     max_doc_bytes: Annotated[int, typer.Option(help="Larger records are invalid (too-large).")] = 1 << 20,
     max_bucket_size: Annotated[
         int,
-        typer.Option(help="LSH bucket cap (hot buckets stop growing); keep it above the largest near-copy cluster."),
+        typer.Option(help="LSH bucket cap: hot buckets stop growing (bigger clusters are still covered)."),
     ] = 500,
     batch_size: Annotated[int, typer.Option(help="Documents per batch and per atomic commit.")] = 512,
     strict: Annotated[bool, typer.Option(help="Exit 1 if any record was invalid.")] = False,

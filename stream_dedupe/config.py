@@ -304,8 +304,8 @@ class RuntimeLimits:
     Attributes:
         max_doc_bytes: Larger input records are rejected as ``too-large``.
         max_bucket_size: An LSH bucket stops growing at this many members (a hot bucket, usually
-            boilerplate); lookups still return the members it has. A near-duplicate cluster
-            bigger than this can keep copies as representatives (README, "Known limit").
+            boilerplate); lookups still return the members it has, and a cluster of copies
+            bigger than this still finds its representatives (:mod:`~stream_dedupe.core.hidden_pairs`).
         batch_size: Documents signed and decided together.
         state_cache_entries: Bound, in entries, of the committed state values kept in memory
             between batches (``storage/hot.py``); 0 (the default) keeps none: measured, the

@@ -158,6 +158,7 @@ def summary_rows(result: RunResult, clusters: ClusterSummary, engine: DedupeEngi
         ("largest cover (documents one representative holds)", f"{clusters.largest_cover:,}"),
         ("LSH candidates rejected", f"{engine.counters['rejected_candidates']:,}"),
         ("hot-bucket skips", f"{engine.counters['hot_bucket_skips']:,}"),
+        ("representatives checked past full buckets", f"{engine.counters['full_bucket_candidates']:,}"),
         ("boilerplate lines stripped", f"{engine.counters['boilerplate_lines_stripped']:,}"),
         ("docs/s", f"{result.lines / result.seconds if result.seconds else 0.0:,.0f}"),
         ("kernels (ahead-of-time, numba or pure)", jit.kernel_mode()),
@@ -167,37 +168,14 @@ def summary_rows(result: RunResult, clusters: ClusterSummary, engine: DedupeEngi
     return rows
 
 
-def bucket_cap_note(clusters: ClusterSummary, bucket_cap: int) -> str | None:
-    """A warning when the largest cluster outgrew the LSH bucket cap (README, "Known limit"), else None.
-
-    Past the cap a cluster's buckets stop growing: a copy that ranks first arriving then is not
-    in them, and later copies that cannot find it may stay in the index as representatives.
-    """
-    if clusters.largest <= bucket_cap:
-        return None
-    return (
-        f"note: the largest cluster ({clusters.largest:,} documents) is bigger than the LSH bucket cap "
-        f"(--max-bucket-size {bucket_cap:,}): copies that arrived after its buckets filled may not have "
-        "found its representative and stayed in the index; if the representatives look too many, run "
-        "again into a new state with --max-bucket-size above the largest cluster "
-        '(README, "Known limit: a near-duplicate cluster bigger than the LSH bucket cap").'
-    )
-
-
 def print_summary(console: Output, result: RunResult, clusters: ClusterSummary, engine: DedupeEngine) -> None:
-    """The final summary: a rich table on a terminal, else the same rows as aligned plain text.
-
-    Followed by :func:`bucket_cap_note` when it applies.
-    """
+    """The final summary: a rich table on a terminal, else the same rows as aligned plain text."""
     rows = summary_rows(result, clusters, engine)
-    note = bucket_cap_note(clusters, engine.limits.max_bucket_size)
     if not console.is_terminal:
         width = max(len(what) for what, _ in rows)
         values = max(len(value) for _, value in rows)
         lines = [SUMMARY_TITLE, *(f"  {what:<{width}}  {value:>{values}}" for what, value in rows)]
         console.out("\n".join(lines), highlight=False)
-        if note:
-            console.out(note, highlight=False)
         return
     from rich.table import Table
 
@@ -207,5 +185,3 @@ def print_summary(console: Output, result: RunResult, clusters: ClusterSummary, 
     for what, value in rows:
         table.add_row(what, value)
     console.print(table)
-    if note:
-        console.out(note, highlight=False)

@@ -66,3 +66,18 @@ def test_add_all_builds_the_tables_add_builds_one_at_a_time_caps_included() -> N
     for row in (hashes[0], hashes[5], hashes[2100], hashes[2999]):
         assert bulk.query(row) == one.query(row)
     assert len(bulk) == len(one) == len(ids)
+
+
+def test_full_bands_name_the_buckets_at_the_cap() -> None:
+    index = LshIndex(4, 4, bucket_cap=3)
+    sig = random_sigs(2, seed=5)
+    hashes = index.hashes(sig)
+    probe = hashes[0].copy()
+    probe[2:] = hashes[1][2:]  # bands 0-1 as document 0, bands 2-3 as document 1
+    for i in range(3):
+        index.add(f"a{i}", hashes[0])
+    index.add("b0", hashes[1])
+    assert index.tables.bucket_sizes(probe).tolist() == [3, 3, 1, 1]
+    assert index.full_bands(probe).tolist() == [True, True, False, False]
+    index.remove("a0", hashes[0])
+    assert index.full_bands(probe).tolist() == [False, False, False, False]  # a removal reopens them

@@ -133,6 +133,21 @@ def _insert_capped(  # pragma: no cover - jit
 
 
 @njit(cache=True)
+def _bucket_sizes(keys: np.ndarray, vals: np.ndarray, hashes: np.ndarray) -> np.ndarray:  # pragma: no cover - jit
+    """Per band: how many live entries share the band key of ``hashes[band]``."""
+    mask = keys.shape[1] - 1
+    sizes = np.zeros(hashes.shape[0], dtype=np.int64)
+    for band in range(hashes.shape[0]):
+        key = np.uint32(hashes[band] >> np.uint64(32))
+        slot = int(key) & mask
+        while vals[band, slot] != _EMPTY:
+            if vals[band, slot] >= 0 and keys[band, slot] == key:
+                sizes[band] += 1
+            slot = (slot + 1) & mask
+    return sizes
+
+
+@njit(cache=True)
 def _earlier_twin(hashes: np.ndarray) -> np.ndarray:  # pragma: no cover - jit
     """Per row: True if an earlier row has the same band key (high 32 bits) in some band."""
     n, bands = hashes.shape
@@ -276,6 +291,11 @@ class BandIndex:
         self._used += hashes.shape[0]
         return full
 
+    def bucket_sizes(self, hashes: np.ndarray) -> np.ndarray:
+        """Per band: the live entries of the bucket of ``hashes[band]`` (shape ``(bands,)``)."""
+        sizes: np.ndarray = _bucket_sizes(self._keys, self._vals, np.ascontiguousarray(hashes))
+        return sizes
+
     def to_arrays(self) -> dict[str, np.ndarray]:
         """The tables as arrays (``keys``, ``vals``, ``used``): :meth:`from_arrays` gives them back."""
         return {"keys": self._keys, "vals": self._vals, "used": np.array([self._used], dtype=np.int64)}
@@ -372,6 +392,15 @@ class LshIndex:
         """
         full = self.tables.insert_capped(hashes, len(self._ids), self.bucket_cap)
         self._ids.extend(doc_ids)
+        return full
+
+    def full_bands(self, hashes: np.ndarray) -> np.ndarray:
+        """Per band of a document's ``(bands,)`` hashes: True if its bucket holds ``bucket_cap`` entries or more.
+
+        Such a bucket is joined by no one any more, so a pair of documents sharing it may never
+        have been offered (:mod:`~stream_dedupe.core.hidden_pairs`).
+        """
+        full: np.ndarray = self.tables.bucket_sizes(hashes) >= self.bucket_cap
         return full
 
     def to_arrays(self) -> dict[str, np.ndarray]:

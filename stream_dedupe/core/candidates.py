@@ -12,6 +12,7 @@ from collections import Counter
 from stream_dedupe.config import DedupeParams
 from stream_dedupe.core.bandindex import LshIndex
 from stream_dedupe.core.batch import Prepared
+from stream_dedupe.core.hidden_pairs import HiddenPairs
 from stream_dedupe.core.verify import estimated_jaccard, exact_jaccard
 from stream_dedupe.storage.state import StateView
 
@@ -20,7 +21,12 @@ Match = tuple[str, float, bool]
 
 
 def near_matches(
-    item: Prepared, state: StateView, lsh: LshIndex, params: DedupeParams, counters: Counter[str]
+    item: Prepared,
+    state: StateView,
+    lsh: LshIndex,
+    params: DedupeParams,
+    counters: Counter[str],
+    hidden: HiddenPairs | None = None,
 ) -> list[Match]:
     """Add ``item`` to the band tables and return its verified pairs with the documents already there.
 
@@ -30,6 +36,8 @@ def near_matches(
         lsh: The band tables.
         params: The thresholds, the title guard.
         counters: The engine's counters (candidates, rejections, hot-bucket skips).
+        hidden: When the lookup met a full bucket, also verify the representatives covering the
+            candidates that a full bucket may have hidden (:mod:`~stream_dedupe.core.hidden_pairs`).
 
     """
     doc_id = item.doc.doc_id
@@ -37,6 +45,8 @@ def near_matches(
     candidates, full = lsh.add(doc_id, item.band_hashes)
     counters["hot_bucket_skips"] += full
     candidates.discard(doc_id)
+    if full and hidden is not None:
+        candidates |= hidden.covering(doc_id, item.band_hashes, candidates)
     counters["candidates"] += len(candidates)
     return verify_candidates(item, candidates, state, params, counters)
 

@@ -40,6 +40,7 @@ from typing import Protocol
 
 from stream_dedupe.config import DedupeParams
 from stream_dedupe.core.canonical import CanonicalKey
+from stream_dedupe.core.hidden_pairs import HiddenPairs
 from stream_dedupe.storage.state import DocRecord, StateView
 
 #: ``(representative id, similarity)`` of a covered document; None for a representative.
@@ -87,6 +88,15 @@ class CoverGraph(Protocol):
 
     def assign(self, doc_id: str, assignment: Assignment) -> None:
         """Record who covers ``doc_id``."""
+
+    def successor(self, doc_id: str, former: str) -> Assignment:
+        """A verified pair of ``doc_id`` with the representative that now covers ``former``, if one was hidden.
+
+        ``former`` covered ``doc_id`` and is covered itself now; a full LSH bucket may have kept
+        the pair of ``doc_id`` with its successor from being offered
+        (:mod:`~stream_dedupe.core.hidden_pairs`). Returns ``(representative, similarity)`` of
+        a pair verified now (and stored), else None.
+        """
 
 
 @dataclass(frozen=True)
@@ -156,6 +166,12 @@ def update_cover(graph: CoverGraph, seeds: Iterable[str], arrived: Iterable[str]
         before = graph.assignment(doc_id)
         candidates, complete = graph.candidates(doc_id)
         after = decide_one(graph, doc_id, candidates)
+        if after is None and before is not None and doc_id not in fresh:
+            # Its representative left the set; a pair with the one that covers it now may have been hidden.
+            found = graph.successor(doc_id, before[0])
+            if found is not None:
+                candidates = {**candidates, found[0]: found[1]}
+                after = decide_one(graph, doc_id, candidates)
         if after != before:
             graph.assign(doc_id, after)
             changes.append(CoverChange(doc_id, before, after))
@@ -182,12 +198,14 @@ class StateCoverGraph:
     Args:
         state: The batch's state view.
         params: The index parameters (per-source thresholds).
+        hidden: Verifies the pairs a full LSH bucket hid (:meth:`successor`); None: no such pairs.
 
     """
 
-    def __init__(self, state: StateView, params: DedupeParams) -> None:
+    def __init__(self, state: StateView, params: DedupeParams, hidden: HiddenPairs | None = None) -> None:
         self.state = state
         self.params = params
+        self.hidden = hidden
 
     def _record(self, doc_id: str) -> DocRecord:
         record = self.state.doc(doc_id)
@@ -217,6 +235,14 @@ class StateCoverGraph:
         record = self._record(doc_id)
         rep, similarity = assignment if assignment is not None else (None, None)
         self.state.put_doc(doc_id, record.with_cover(rep, similarity))
+
+    def successor(self, doc_id: str, former: str) -> Assignment:
+        """See :class:`CoverGraph`."""
+        record = self.state.doc(former)
+        if self.hidden is None or record is None or record.covered_by is None:
+            return None
+        similarity = self.hidden.pair(doc_id, record.covered_by)
+        return None if similarity is None else (record.covered_by, similarity)
 
     def neighbours(self, doc_id: str) -> dict[str, float]:
         """See :class:`CoverGraph`.

@@ -25,6 +25,7 @@ from stream_dedupe.core.compacted import canonical_updates
 from stream_dedupe.core.cover import CoverChange, StateCoverGraph, later_neighbours, update_cover
 from stream_dedupe.core.detach import detach
 from stream_dedupe.core.fastpath import classify, decide_new
+from stream_dedupe.core.hidden_pairs import HiddenPairs
 from stream_dedupe.core.layout import resolve
 from stream_dedupe.core.records import Deletion, Document, Invalid, Record, parse_document
 from stream_dedupe.core.sharding.gather import ShardedStore
@@ -73,9 +74,10 @@ class DedupeEngine:
         self.store = store
         self.state = StateView(store, self.limits.state_cache_entries)
         self.uf = UnionFind(self.state)
-        self.cover = StateCoverGraph(self.state, self.params)
         self.signer = Signer(self.params)
         self.counters: Counter[str] = Counter()
+        self.hidden = HiddenPairs(self.state, self.params, lambda: self.lsh, self.counters)
+        self.cover = StateCoverGraph(self.state, self.params, self.hidden)
         self._check_params()
         sharded = isinstance(store, ShardedStore)  # its band tables live in the shards: nothing to restore
         restored = None if warm is None or sharded else warmstart.restore(warm, self.params, self.limits)
@@ -286,7 +288,7 @@ class DedupeEngine:
         if head is not None:
             matches.append((head, 1.0, True))
         elif item.signature is not None:
-            matches = near_matches(item, state, self.lsh, self.params, self.counters)
+            matches = near_matches(item, state, self.lsh, self.params, self.counters, self.hidden)
             indexed = True
         state.put_doc(
             doc.doc_id,

@@ -102,7 +102,7 @@ def worker(
     ] = None,
     max_bucket_size: Annotated[
         int | None,
-        _opt("max_bucket_size", "LSH bucket cap; keep it above the largest near-copy cluster [default: 500]."),
+        _opt("max_bucket_size", "LSH bucket cap: hot buckets stop growing [default: 500]."),
     ] = None,
     processing_guarantee: Annotated[
         str | None, _opt("processing_guarantee", "at_least_once or exactly_once [default: at_least_once].")

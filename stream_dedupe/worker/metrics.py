@@ -69,6 +69,11 @@ class WorkerMetrics:
         self.hot_buckets = PromCounter(
             "stream_dedupe_hot_bucket_skips", "Band insertions skipped because the LSH bucket was full.", registry=r
         )
+        self.full_bucket_candidates = PromCounter(
+            "stream_dedupe_full_bucket_candidates",
+            "Representatives verified because a full LSH bucket may have hidden them from the band lookup.",
+            registry=r,
+        )
         self.boilerplate = PromCounter(
             "stream_dedupe_boilerplate_lines_stripped",
             "Lines stripped as learned boilerplate before shingling.",
@@ -237,13 +242,14 @@ class WorkerMetrics:
                 self.documents.labels("invalid").inc()
                 self.invalid.labels(str(event.get("reason"))).inc()
         delta = {k: counters[k] - self._last[k] for k in ("documents", "candidates", "rejected_candidates")}
-        for key in ("hot_bucket_skips", "boilerplate_lines_stripped", "presigned"):
+        for key in ("hot_bucket_skips", "full_bucket_candidates", "boilerplate_lines_stripped", "presigned"):
             delta[key] = counters[key] - self._last[key]
         self._last = Counter(counters)
         if delta["documents"]:
             self.candidates.observe(delta["candidates"] / delta["documents"])
         self.rejections.inc(max(delta["rejected_candidates"], 0))
         self.hot_buckets.inc(max(delta["hot_bucket_skips"], 0))
+        self.full_bucket_candidates.inc(max(delta["full_bucket_candidates"], 0))
         self.boilerplate.inc(max(delta["boilerplate_lines_stripped"], 0))
         self.signed_by.labels("sign").inc(max(delta["presigned"], 0))
         self.signed_by.labels("decide").inc(max(delta["documents"] - delta["presigned"], 0))

@@ -64,8 +64,8 @@ class WorkerSettings:
         batch_size: Records decided together (one engine batch, one atomic commit).
         batch_wait: Seconds to wait for a batch to fill before deciding a partial one.
         max_doc_bytes: Larger records are invalid (``too-large``) and go to the DLQ.
-        max_bucket_size: LSH bucket cap (hot buckets stop growing); keep it above the largest
-            near-duplicate cluster (README, "Known limit").
+        max_bucket_size: LSH bucket cap (hot buckets stop growing; a bigger cluster of copies
+            still finds its representatives: README, "Clusters bigger than the LSH bucket cap").
         processing_guarantee: ``at_least_once`` (a restart may repeat identical events) or
             ``exactly_once`` (outputs in Kafka transactions: a ``read_committed`` consumer sees one
             event per input record; see docs/worker.md).

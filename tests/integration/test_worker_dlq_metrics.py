@@ -84,6 +84,7 @@ def test_bad_records_go_to_dlq_and_worker_keeps_running(broker: Broker, names: N
         "stream_dedupe_decision_latency_seconds_bucket",
         "stream_dedupe_clusters",
         "stream_dedupe_hot_bucket_skips_total",
+        "stream_dedupe_full_bucket_candidates_total",
         "stream_dedupe_state_documents",
         "stream_dedupe_state_bytes",
         "stream_dedupe_consumer_lag",

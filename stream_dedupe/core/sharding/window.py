@@ -137,6 +137,13 @@ class BandWindow(LshIndex):
         loaded = self.loaded
         return np.array([any(loaded[b] for b in row) for row in buckets.tolist()], dtype=np.bool_)
 
+    def full_bands(self, hashes: np.ndarray) -> np.ndarray:
+        """Per band of a document's ``(bands,)`` hashes: True if its bucket holds ``bucket_cap`` members or more."""
+        buckets = self._buckets(hashes)
+        self._load(buckets)
+        loaded, cap = self.loaded, self.bucket_cap
+        return np.array([len(loaded[b]) >= cap for b in buckets.tolist()], dtype=np.bool_)
+
     def add_new(self, doc_ids: list[str], hashes: np.ndarray) -> None:
         """Index documents that share no band with any indexed one, nor with each other."""
         buckets = self._buckets(hashes)
