@@ -11,15 +11,23 @@ import random
 from pathlib import Path
 
 import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from stream_dedupe.config import DedupeParams, RuntimeLimits
+from stream_dedupe.core.canonical import CanonicalKey
+from stream_dedupe.core.cover import Assignment, Order, order_key, update_cover
 from stream_dedupe.core.engine import DedupeEngine
+from stream_dedupe.core.records import Deletion, Record
+from stream_dedupe.core.unionfind import UnionFind
 from stream_dedupe.exports import iter_representative_ids
 from stream_dedupe.storage.base import KVStore
 from stream_dedupe.storage.memory import MemoryStore
 from stream_dedupe.storage.rocks import RocksStore
+from stream_dedupe.storage.state import StateView
 
 from .helpers import doc, text
+from .test_lifecycle import assert_covered, body, operations
 
 PAGE = text(random.Random(41), 120)
 
@@ -87,3 +95,101 @@ def test_index_shards_find_the_same_hidden_pairs() -> None:
     assert run(store, items, cap=4) == expected
     assert run.counters["full_bucket_candidates"] > 0  # type: ignore[attr-defined]
     assert list(iter_representative_ids(local)) == ["c044"]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(operations, st.integers(1, 7), st.sampled_from([2, 3]), st.integers(0, 40))
+def test_pairs_found_past_the_cap_keep_the_state_whole(
+    ops: list[tuple[int, tuple[int, int, int] | None]], batch: int, cap: int, restart_at: int
+) -> None:
+    """Inserts, re-crawls and deletes at a tiny cap: every cover is a verified pair inside one cluster,
+    clusters are the components of the pairs, and a restart mid-stream decides the same."""
+    params, limits = DedupeParams(), RuntimeLimits(max_bucket_size=cap)
+    records: list[Record] = [
+        Deletion(f"d{n:02d}") if spec is None else doc(f"d{n:02d}", body(*spec)) for n, spec in ops
+    ]
+    batches = [records[at : at + batch] for at in range(0, len(records), batch)]
+
+    def decide(store: MemoryStore, restart: int | None) -> list[bytes]:
+        engine, events = DedupeEngine(params, store, limits), []
+        for number, part in enumerate(batches):
+            if number == restart:
+                engine = DedupeEngine(params, store, limits)  # the band tables rebuilt from the state
+            events += [orjson.dumps(e) for e in engine.process(part)]
+            engine.commit()
+        return events
+
+    store = MemoryStore()
+    assert decide(store, restart_at % (len(batches) + 1)) == decide(MemoryStore(), None)
+    assert_covered(store, params)
+    view, uf = StateView(store), UnionFind(StateView(store))
+    edges = {key.decode(): {other for other, _, _ in view.edges(key.decode())} for key, _ in store.items("docs")}
+    for doc_id, others in edges.items():
+        for other in others:
+            assert uf.find(other) == uf.find(doc_id), (doc_id, other)  # no pair across clusters
+        record = view.doc(doc_id)
+        assert record is not None
+        if record.covered_by is not None and record.covered_by not in others:
+            rep = view.doc(record.covered_by)  # covered through its content group's pairs
+            assert rep is not None and (
+                rep.content_hash == record.content_hash or _group_paired(view, doc_id, record.covered_by)
+            )
+    components: dict[str, set[str]] = {}
+    for doc_id in edges:
+        components.setdefault(uf.find(doc_id), set()).add(doc_id)
+    for members in components.values():  # each cluster is connected by its pairs
+        seen, frontier = {min(members)}, [min(members)]
+        while frontier:
+            for other in edges[frontier.pop()] - seen:
+                seen.add(other)
+                frontier.append(other)
+        assert seen == members
+
+
+def _group_paired(view: StateView, doc_id: str, rep: str) -> bool:
+    """True if a member of ``doc_id``'s content group has a pair with a member of ``rep``'s."""
+    mine, theirs = view.doc(doc_id), view.doc(rep)
+    assert mine is not None and theirs is not None
+    group = set(view.exact_group(theirs.content_hash)) | {rep}
+    return any(group & {o for o, _, _ in view.edges(m)} for m in {doc_id, *view.exact_group(mine.content_hash)})
+
+
+class _Graph:
+    """A hand-made cover graph: ``a`` ranks first, then ``r``, then ``m``; ``m`` was covered by ``r``."""
+
+    def __init__(self, pairs: dict[str, dict[str, float]]) -> None:
+        self.pairs = pairs
+        self.assigned: dict[str, Assignment] = {"a": None, "r": ("a", 0.9), "m": ("r", 0.9)}
+        self.asked: list[tuple[str, str]] = []
+
+    def rank(self, doc_id: str) -> CanonicalKey:
+        return CanonicalKey(doc_id, 10 - "arm".index(doc_id), None)
+
+    def order(self, doc_id: str) -> Order:
+        return order_key(self.rank(doc_id))
+
+    def neighbours(self, doc_id: str) -> dict[str, float]:
+        return dict(self.pairs.get(doc_id, {}))
+
+    def candidates(self, doc_id: str) -> tuple[dict[str, float], bool]:
+        return self.neighbours(doc_id), True
+
+    def assignment(self, doc_id: str) -> Assignment:
+        return self.assigned[doc_id]
+
+    def assign(self, doc_id: str, assignment: Assignment) -> None:
+        self.assigned[doc_id] = assignment
+
+    def successor(self, doc_id: str, former: str) -> Assignment:
+        self.asked.append((doc_id, former))
+        return ("a", 0.85)
+
+
+def test_a_member_asks_for_its_successor_only_while_paired_with_its_former_representative() -> None:
+    paired = _Graph({"a": {"r": 0.9}, "r": {"a": 0.9, "m": 0.9}, "m": {"r": 0.9}})
+    update_cover(paired, ["m"])
+    assert paired.asked == [("m", "r")] and paired.assigned["m"] == ("a", 0.85)
+    # r was re-crawled and lost its pair with m: a's cluster may not be m's, so no pair is looked for
+    detached = _Graph({"a": {"r": 0.9}, "r": {"a": 0.9}, "m": {}})
+    update_cover(detached, ["m"])
+    assert detached.asked == [] and detached.assigned["m"] is None

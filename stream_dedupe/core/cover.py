@@ -166,7 +166,12 @@ def update_cover(graph: CoverGraph, seeds: Iterable[str], arrived: Iterable[str]
         before = graph.assignment(doc_id)
         candidates, complete = graph.candidates(doc_id)
         after = decide_one(graph, doc_id, candidates)
-        if after is None and before is not None and doc_id not in fresh:
+        if (
+            after is None
+            and before is not None
+            and doc_id not in fresh
+            and _still_paired(graph, doc_id, before[0], candidates, complete)
+        ):
             # Its representative left the set; a pair with the one that covers it now may have been hidden.
             found = graph.successor(doc_id, before[0])
             if found is not None:
@@ -190,6 +195,15 @@ def update_cover(graph: CoverGraph, seeds: Iterable[str], arrived: Iterable[str]
                 queued.add(other)
                 heapq.heappush(heap, (theirs, other))
     return changes
+
+
+def _still_paired(graph: CoverGraph, doc_id: str, former: str, candidates: dict[str, float], complete: bool) -> bool:
+    """True if ``doc_id`` still has its pair with ``former`` (so the one covering ``former`` is in its cluster).
+
+    A former representative that left (a re-crawl detached it) took the pair with it: its
+    successor may be in another cluster, and a pair across clusters must join them with events.
+    """
+    return former in candidates or (not complete and former in graph.neighbours(doc_id))
 
 
 class StateCoverGraph:
@@ -239,7 +253,7 @@ class StateCoverGraph:
     def successor(self, doc_id: str, former: str) -> Assignment:
         """See :class:`CoverGraph`."""
         record = self.state.doc(former)
-        if self.hidden is None or record is None or record.covered_by is None:
+        if self.hidden is None or record is None or record.covered_by in (None, doc_id):
             return None
         similarity = self.hidden.pair(doc_id, record.covered_by)
         return None if similarity is None else (record.covered_by, similarity)
