@@ -103,6 +103,32 @@ def test_a_small_run_uses_the_module_when_there_is_one_and_stays_pure_without(bu
     assert aot_run[2].count(b'"duplicate-of"') >= 50  # one cluster of near copies
 
 
+API_BATCHES = """
+import sys
+from stream_dedupe import Deduper
+from stream_dedupe.core import jit
+page = " ".join(f"w{i % 97}x{i}" for i in range(300))
+with Deduper.memory() as dd:
+    decisions = [dd.add({"id": str(i), "text": f"{page} visit {i}"}) for i in range(3)]
+print(jit.kernel_mode(), "numba" in sys.modules, [d.kind for d in decisions])
+"""
+
+
+def test_the_python_api_uses_the_module_from_its_first_small_batch(built: Path) -> None:
+    # Deduper.add decides one document a batch: under SIGN_DOCS numba would not repay its import,
+    # but the module does from the first document; without one the batches stay pure.
+    def run(env: dict[str, str]) -> str:
+        result = subprocess.run(
+            [sys.executable, "-c", API_BATCHES], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout.strip()
+
+    decisions = "['new', 'duplicate-of', 'duplicate-of']"
+    assert run(_env(STREAM_DEDUPE_AOT_DIR=str(built))) == f"ahead-of-time False {decisions}"
+    assert run(_env(STREAM_DEDUPE_AOT="0")) == f"pure False {decisions}"
+
+
 def test_another_machine_or_code_finds_no_module(built: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert aot.load(built) is not None
     monkeypatch.setattr(aot, "_cpu_identity", lambda: "another cpu")

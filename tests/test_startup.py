@@ -314,8 +314,10 @@ print(orjson.dumps(compiled).decode())
 @pytest.mark.parametrize(("docs", "compiled"), [(64, True), (3, False)])
 def test_a_big_first_batch_learns_its_lines_compiled(docs: int, compiled: bool) -> None:
     # A batch is split into lines before it is signed: its size must choose numba for that pass too
-    # (the pure twin of the line kernel took ~2 s on a first batch of 512 mail posts).
+    # (the pure twin of the line kernel took ~2 s on a first batch of 512 mail posts). Without the
+    # ahead-of-time module (a small batch loads it when there is one: tests/test_aot.py).
     env = {k: v for k, v in os.environ.items() if k != "STREAM_DEDUPE_JIT"}
+    env["STREAM_DEDUPE_AOT"] = "0"
     result = subprocess.run([sys.executable, "-c", LINE_PASS, str(docs)], capture_output=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr.decode()
     assert orjson.loads(result.stdout.splitlines()[-1]) == [compiled]

@@ -14,7 +14,8 @@ and numba is imported only for a call that module cannot take.
 
 Every pure implementation gives the same results bit for bit (``tests/test_pure_kernels.py``
 checks them against the compiled kernels and against datasketch). Who enables numba: the
-signer, for a batch big enough to repay it (:func:`note_batch`), the command line for a big input
+signer, for a batch big enough to repay it or any batch when the ahead-of-time module is built
+(:func:`note_batch`), the command line for a big input
 or state, or for any input when the ahead-of-time module is built (which otherwise holds the
 process pure: :func:`choose`, :func:`stay_pure`),
 :func:`stream_dedupe.warmup.warm`, and, as a backstop for any other caller, the
@@ -49,6 +50,7 @@ _auto = MODE != "off"
 _pure_calls = 0
 _kernels: list[LazyKernel] = []
 _aot: dict[str, Any] | None = None  # the ahead-of-time module's exports while they are in use
+_aot_tried = False  # note_batch looked for the ahead-of-time module once already
 
 
 class LazyKernel:
@@ -222,9 +224,21 @@ def aot_active() -> bool:
 
 
 def note_batch(docs: int) -> None:
-    """Enable numba for a signing batch of at least :data:`SIGN_DOCS` documents (unless held pure)."""
-    if (docs >= SIGN_DOCS or MODE == "on") and _auto and not _enabled:
+    """Compiled kernels for a signing batch: numba from :data:`SIGN_DOCS` documents, the ahead-of-time module for any.
+
+    A smaller batch (the Python API deciding a few documents at a time) loads the ahead-of-time
+    module when this machine has one (about a millisecond, tried once a process): it is faster
+    than the pure kernels from the first document. Nothing changes when the process is held pure
+    (:func:`stay_pure`, ``STREAM_DEDUPE_JIT=off``).
+    """
+    global _aot_tried
+    if not _auto or _enabled:
+        return
+    if docs >= SIGN_DOCS or MODE == "on":
         enable()
+    elif not _aot_tried:
+        _aot_tried = True
+        enable_ahead_of_time()
 
 
 #: Input plus state bytes from which the command line enables numba up front (measured on ~1.8 KB
