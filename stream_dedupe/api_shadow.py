@@ -18,12 +18,12 @@ from collections import Counter
 
 import numpy as np
 
-from stream_dedupe.core.bandindex import LshIndex
 from stream_dedupe.core.batch import BatchPreparer
 from stream_dedupe.core.boilerplate import BoilerplateLearner
 from stream_dedupe.core.cover import StateCoverGraph
 from stream_dedupe.core.engine import DedupeEngine
 from stream_dedupe.core.hidden_pairs import HiddenPairs
+from stream_dedupe.core.lshindex import LshIndex
 from stream_dedupe.core.unionfind import UnionFind
 from stream_dedupe.storage.state import StateView
 

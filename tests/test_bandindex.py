@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from stream_dedupe.core.bandindex import BandIndex, LshIndex
+from stream_dedupe.core.bandindex import BandIndex
+from stream_dedupe.core.lshindex import LshIndex
 
 
 def random_sigs(n: int, seed: int = 0) -> np.ndarray:

@@ -18,8 +18,8 @@ import numpy as np
 
 from stream_dedupe.config import DedupeParams
 from stream_dedupe.core import jit
-from stream_dedupe.core.bandindex import LshIndex
 from stream_dedupe.core.boilerplate import BoilerplateLearner, TextLines
+from stream_dedupe.core.lshindex import LshIndex
 from stream_dedupe.core.normalize import title_key
 from stream_dedupe.core.records import Document
 from stream_dedupe.core.signer import Signed, Signer

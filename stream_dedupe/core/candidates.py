@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections import Counter
 
 from stream_dedupe.config import DedupeParams
-from stream_dedupe.core.bandindex import LshIndex
 from stream_dedupe.core.batch import Prepared
 from stream_dedupe.core.hidden_pairs import HiddenPairs
+from stream_dedupe.core.lshindex import LshIndex
 from stream_dedupe.core.verify import estimated_jaccard, exact_jaccard
 from stream_dedupe.storage.state import StateView
 

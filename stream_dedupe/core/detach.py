@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 
 from stream_dedupe.core import events as ev
-from stream_dedupe.core.bandindex import LshIndex
 from stream_dedupe.core.canonical import choose
+from stream_dedupe.core.lshindex import LshIndex
 from stream_dedupe.core.unionfind import ClusterInfo, UnionFind
 from stream_dedupe.storage.state import DocRecord, StateView
 

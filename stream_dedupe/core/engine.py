@@ -16,7 +16,6 @@ import numpy as np
 from stream_dedupe.config import DedupeParams, RuntimeLimits
 from stream_dedupe.core import events as ev
 from stream_dedupe.core import warmstart
-from stream_dedupe.core.bandindex import LshIndex
 from stream_dedupe.core.batch import BatchPreparer, Prepared, rebuild_index
 from stream_dedupe.core.boilerplate import BoilerplateLearner, TextLines
 from stream_dedupe.core.candidates import near_matches
@@ -27,6 +26,7 @@ from stream_dedupe.core.detach import detach
 from stream_dedupe.core.fastpath import classify, decide_new
 from stream_dedupe.core.hidden_pairs import HiddenPairs
 from stream_dedupe.core.layout import resolve
+from stream_dedupe.core.lshindex import LshIndex
 from stream_dedupe.core.records import Deletion, Document, Invalid, Record, parse_document
 from stream_dedupe.core.sharding.gather import ShardedStore
 from stream_dedupe.core.signer import Signed, Signer

@@ -4,7 +4,7 @@ Most documents of a crawl have no earlier version, no exact-content twin and no 
 For those the per-document path (:meth:`DedupeEngine._decide`) reads nothing that can change the
 outcome: the document becomes an indexed singleton representative and its one event is ``new``.
 :func:`classify` finds them for a whole batch with two compiled calls over the batch's band hashes
-(:meth:`~stream_dedupe.core.bandindex.LshIndex.any_match` against the index,
+(:meth:`~stream_dedupe.core.lshindex.LshIndex.any_match` against the index,
 :func:`~stream_dedupe.core.bandindex.earlier_twins` within the batch), and :func:`decide_new`
 indexes all of them with one compiled insertion and one overlay write per namespace.
 
@@ -27,8 +27,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from stream_dedupe.core import events as ev
-from stream_dedupe.core.bandindex import LshIndex, earlier_twins
+from stream_dedupe.core.bandindex import earlier_twins
 from stream_dedupe.core.batch import Prepared
+from stream_dedupe.core.lshindex import LshIndex
 from stream_dedupe.core.records import Deletion, Document, Invalid, Record
 from stream_dedupe.storage.state import DocRecord, StateView
 

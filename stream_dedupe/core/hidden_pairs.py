@@ -31,7 +31,7 @@ from collections.abc import Callable
 import numpy as np
 
 from stream_dedupe.config import DedupeParams
-from stream_dedupe.core.bandindex import LshIndex
+from stream_dedupe.core.lshindex import LshIndex
 from stream_dedupe.core.verify import estimated_jaccard, exact_jaccard
 from stream_dedupe.storage.state import StateView
 

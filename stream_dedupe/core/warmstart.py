@@ -22,9 +22,9 @@ import numpy as np
 import orjson
 
 from stream_dedupe.config import DedupeParams, RuntimeLimits
-from stream_dedupe.core.bandindex import LshIndex
 from stream_dedupe.core.boilerplate import BoilerplateLearner
 from stream_dedupe.core.keyfilter import KeyFilter
+from stream_dedupe.core.lshindex import LshIndex
 
 #: Version of the arrays' layout; another version is not loaded (the state is scanned instead).
 WARM_FORMAT = 1

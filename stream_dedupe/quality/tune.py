@@ -15,9 +15,9 @@ import numpy as np
 import orjson
 
 from stream_dedupe.config import DedupeParams
-from stream_dedupe.core.bandindex import LshIndex
 from stream_dedupe.core.layout import resolve
 from stream_dedupe.core.lsh import candidate_probability
+from stream_dedupe.core.lshindex import LshIndex
 from stream_dedupe.core.minhash import MinHasher
 from stream_dedupe.core.normalize import Normalizer
 from stream_dedupe.core.verify import estimated_jaccard, exact_jaccard

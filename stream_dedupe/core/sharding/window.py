@@ -1,6 +1,6 @@
 """The gather's window on the shards' band tables: the buckets one batch touches, loaded whole.
 
-:class:`BandWindow` is the :class:`~stream_dedupe.core.bandindex.LshIndex` the engine sees in a
+:class:`BandWindow` is the :class:`~stream_dedupe.core.lshindex.LshIndex` the engine sees in a
 sharded index. It holds no table of its own. A bucket (band, high 32 bits of the band hash) is
 loaded whole, from every shard at once, the first time the batch touches it (the engine's
 batch-wide calls, :meth:`any_match` and :meth:`query_many`, load all of a batch's buckets in one
@@ -20,8 +20,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from stream_dedupe.core.bandindex import LshIndex
 from stream_dedupe.core.lsh import band_hashes
+from stream_dedupe.core.lshindex import LshIndex
 from stream_dedupe.core.sharding.ops import BandOp, ShardOps
 
 #: ``fetch(bands, keys)``: the members of the buckets ``(bands[i], keys[i])`` over all shards,
