@@ -38,6 +38,7 @@ from stream_dedupe.core.candidates import verify_candidates
 from stream_dedupe.core.canonical import CanonicalKey, better
 from stream_dedupe.core.cover import Assignment, Order, StateCoverGraph, decide_one, order_key
 from stream_dedupe.core.engine import DedupeEngine
+from stream_dedupe.core.hidden_pairs import HiddenPairs
 from stream_dedupe.core.records import Document, parse_timestamp
 from stream_dedupe.core.unionfind import UnionFind
 from stream_dedupe.core.verify import estimated_jaccard
@@ -207,10 +208,14 @@ class QueryPath:
     def _near(self, view: StateView, item: Prepared) -> dict[str, float]:
         """Verified LSH candidates (as the engine's, without indexing the document or counting)."""
         assert item.band_hashes is not None
-        candidates = self.engine.lsh.query(item.band_hashes)
+        engine = self.engine
+        candidates = engine.lsh.query(item.band_hashes)
         candidates.discard(item.doc.doc_id)
         view.prefetch("docs", [c.encode("utf-8") for c in candidates])
         known = {c for c in candidates if view.doc(c) is not None}
+        # as the engine's arrival: a full bucket may hide the representatives covering the candidates
+        hidden = HiddenPairs(view, engine.params, lambda: engine.lsh, Counter())
+        known |= hidden.covering(item.doc.doc_id, item.band_hashes, known)
         return {other: s for other, s, _ in verify_candidates(item, known, view, self.engine.params, Counter())}
 
     def _expand(self, view: StateView, item: Prepared, pairs: dict[str, float], out: dict[str, float]) -> None:

@@ -193,3 +193,14 @@ def test_a_member_asks_for_its_successor_only_while_paired_with_its_former_repre
     detached = _Graph({"a": {"r": 0.9}, "r": {"a": 0.9}, "m": {}})
     update_cover(detached, ["m"])
     assert detached.asked == [] and detached.assigned["m"] is None
+
+
+def test_a_query_past_the_cap_answers_what_add_decides() -> None:
+    from stream_dedupe import Deduper
+
+    with Deduper.memory(max_bucket_size=5) as dd:
+        for doc_id, text, _ in copies(30):
+            dd.add({"id": doc_id, "text": text})
+        query = dd.query(f"{PAGE} visit 30", doc_id="c030").decision
+        added = dd.add({"id": "c030", "text": f"{PAGE} visit 30"})
+    assert (query.kind, query.representative) == (added.kind, added.representative) == ("duplicate-of", "c010")
