@@ -20,6 +20,10 @@ so when documents arrive or leave, only the members after them that are linked t
 representative status flipped are looked at again, in order, with a priority queue
 (:func:`update_cover`); a copy that is shorter than its original (the common case) costs one look.
 
+The verified pairs are the LSH candidates that passed verification, plus the pairs a full LSH
+bucket hid, verified when a member would otherwise lose its cover
+(:meth:`CoverGraph.successor`, :mod:`~stream_dedupe.core.hidden_pairs`).
+
 Identical normalized texts form one *content group*; the LSH pairs of a group are held by its
 indexed member, so a member's neighbours are its group plus the groups its group is paired with
 (:class:`StateCoverGraph`), whatever member of a group arrived first.
