@@ -11,6 +11,7 @@ import random
 from pathlib import Path
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -103,7 +104,7 @@ def test_pairs_found_past_the_cap_keep_the_state_whole(
     ops: list[tuple[int, tuple[int, int, int] | None]], batch: int, cap: int, restart_at: int
 ) -> None:
     """Inserts, re-crawls and deletes at a tiny cap: every cover is a verified pair inside one cluster,
-    clusters are the components of the pairs, and a restart mid-stream decides the same."""
+    clusters are the components of the pairs, and a restart mid-stream of inserts decides the same."""
     params, limits = DedupeParams(), RuntimeLimits(max_bucket_size=cap)
     records: list[Record] = [
         Deletion(f"d{n:02d}") if spec is None else doc(f"d{n:02d}", body(*spec)) for n, spec in ops
@@ -119,8 +120,13 @@ def test_pairs_found_past_the_cap_keep_the_state_whole(
             engine.commit()
         return events
 
+    # A restart rebuilds the band tables in id order, not arrival order: a bucket that was full and
+    # lost members (a delete, a re-crawl) may then hold a document the live table never let in
+    # (a known limit, README "Clusters bigger than the LSH bucket cap"); so restart insert-only streams.
+    ids = [n for n, _ in ops]
+    restart = restart_at % (len(batches) + 1) if len(set(ids)) == len(ids) and None not in dict(ops).values() else None
     store = MemoryStore()
-    assert decide(store, restart_at % (len(batches) + 1)) == decide(MemoryStore(), None)
+    assert decide(store, restart) == decide(MemoryStore(), None)
     assert_covered(store, params)
     view, uf = StateView(store), UnionFind(StateView(store))
     edges = {key.decode(): {other for other, _, _ in view.edges(key.decode())} for key, _ in store.items("docs")}
@@ -204,3 +210,24 @@ def test_a_query_past_the_cap_answers_what_add_decides() -> None:
         query = dd.query(f"{PAGE} visit 30", doc_id="c030").decision
         added = dd.add({"id": "c030", "text": f"{PAGE} visit 30"})
     assert (query.kind, query.representative) == (added.kind, added.representative) == ("duplicate-of", "c010")
+
+
+@pytest.mark.xfail(strict=True, reason="known limit: the rebuilt band tables fill a full bucket in id order (README)")
+def test_a_restart_after_a_full_bucket_lost_members_decides_the_same() -> None:
+    """The smallest stream hypothesis found: d02 never joined the full buckets of d00 and d01, d00 is
+    deleted and d01 re-crawled; the running engine's buckets are empty then, the rebuilt ones hold d02."""
+    ops = [(0, (1, 52, 0)), (1, (1, 51, 0)), (2, (1, 50, 0)), (0, None), (1, (1, 52, 0))]
+    records = [Deletion(f"d{n:02d}") if spec is None else doc(f"d{n:02d}", body(*spec)) for n, spec in ops]
+    limits = RuntimeLimits(max_bucket_size=2)
+
+    def decide(restart: int | None) -> list[bytes]:
+        store = MemoryStore()
+        engine, events = DedupeEngine(DedupeParams(), store, limits), []
+        for number, record in enumerate(records):
+            if number == restart:
+                engine = DedupeEngine(DedupeParams(), store, limits)
+            events += [orjson.dumps(e) for e in engine.process([record])]
+            engine.commit()
+        return events
+
+    assert decide(4) == decide(None)
