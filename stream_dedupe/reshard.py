@@ -81,7 +81,7 @@ def _copy_state(store: Any, params: Any, number: int, target: Path, shards: int)
     from stream_dedupe.sharded_state import ProcessShards
     from stream_dedupe.storage.base import NAMESPACES
     from stream_dedupe.storage.rocks import RocksStore
-    from stream_dedupe.storage.state import DocRecord
+    from stream_dedupe.storage.state import SKIPPED_BANDS_PREFIX, DocRecord
 
     counts = {"shards": shards}
     local_out = RocksStore(target, wal=False)
@@ -106,9 +106,19 @@ def _copy_state(store: Any, params: Any, number: int, target: Path, shards: int)
             bitmaps: Iterator[tuple[bytes, bytes]] = (
                 pair for i in range(store.shards) for pair in client.items("docs", i)
             )
-        else:  # an unsharded index joins every band (its rebuild at start does so too)
-            every = np.packbits(np.ones(params.bands, dtype=bool)).tobytes()
-            bitmaps = ((k, every) for k, v in source_local.items("docs") if DocRecord.decode(v).indexed)
+        else:  # an unsharded index: every band but those a document found full (kept in the state's meta)
+            none = np.zeros(params.bands, dtype=np.uint8)
+            start = len(SKIPPED_BANDS_PREFIX)
+            skipped = {
+                k[start:]: np.unpackbits(np.frombuffer(v, dtype=np.uint8))[: params.bands]
+                for k, v in source_local.items("meta")
+                if k.startswith(SKIPPED_BANDS_PREFIX)
+            }
+            bitmaps = (
+                (k, np.packbits(skipped.get(k, none) == 0).tobytes())
+                for k, v in source_local.items("docs")
+                if DocRecord.decode(v).indexed
+            )
         counts["band_bitmaps"] = _copy(bitmaps, lambda k: parts[owner(k, shards)], "docs")
         for i, part in enumerate(parts):
             part.write({"meta": shard_meta(i, shards, params.bands, params.rows, number)})

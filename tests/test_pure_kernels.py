@@ -135,10 +135,21 @@ def test_band_tables_interpreted_equal_compiled(compiled: None) -> None:
     for _ in range(2):
         tables.append((np.zeros((18, 64), dtype=np.uint32), np.full((18, 64), -1, dtype=np.int32)))
     out_a, out_b = np.empty(18 * 4, dtype=np.int32), np.empty(18 * 4, dtype=np.int32)
-    for i in range(30):
-        got = bandindex._query_insert.py_func(*tables[0], hashes[i], i, 4, True, out_a)
-        want = bandindex._query_insert(*tables[1], hashes[i], i, 4, True, out_b)
+    skip_a, skip_b = np.zeros(18, dtype=np.uint8), np.zeros(18, dtype=np.uint8)
+    skipped = 0
+    for i in [*range(30), *range(100, 116)]:  # the last 16 share the buckets of 0-15, full at a cap of 1
+        cap = 4 if i < 100 else 1
+        got = bandindex._query_insert.py_func(*tables[0], hashes[i], i, cap, True, out_a, skip_a)
+        want = bandindex._query_insert(*tables[1], hashes[i], i, cap, True, out_b, skip_b)
+        skipped += int(skip_b.sum())
         assert tuple(map(int, got)) == tuple(map(int, want)) and np.array_equal(out_a[: got[0]], out_b[: want[0]])
+        assert np.array_equal(skip_a, skip_b) and int(skip_a.sum()) == int(got[1])
+    masks = (hashes[130:136, :] & np.uint64(1)).astype(np.uint8)
+    bandindex._insert_masked.py_func(*tables[0], hashes[130:136], 130, masks)
+    bandindex._insert_masked(*tables[1], hashes[130:136], 130, masks)
+    assert np.array_equal(tables[0][1], tables[1][1]) and np.array_equal(tables[0][0], tables[1][0])
+    sizes = bandindex._bucket_sizes.py_func(*tables[0], hashes[0])
+    assert np.array_equal(sizes, bandindex._bucket_sizes(*tables[1], hashes[0])) and skipped == 16 * 18
     assert np.array_equal(
         bandindex._query_many.py_func(*tables[0], hashes[:40]), bandindex._query_many(*tables[1], hashes[:40])
     )

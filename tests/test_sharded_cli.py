@@ -241,3 +241,33 @@ def test_an_interrupted_reshard_leaves_no_state_behind_and_the_next_one_complete
     assert again.returncode == 0, again.stderr.decode()
     assert not partial.exists()
     assert _clusters(tmp_path, "copy") == _clusters(tmp_path, "big")
+
+
+def test_reshard_keeps_the_buckets_a_full_bucket_kept_out(tmp_path: Path) -> None:
+    """A document that found a bucket full joins it in no shard after a reshard: the copy runs on the same."""
+    import random
+
+    import orjson
+
+    rng = random.Random(5)
+    page = " ".join(f"w{rng.randrange(3000)}" for _ in range(120))
+    other = " ".join(f"u{rng.randrange(3000)}" for _ in range(120))
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    first.write_bytes(
+        b"".join(orjson.dumps({"id": f"c{i:02d}", "text": f"{page} visit {i}"}) + b"\n" for i in range(8))
+    )
+    # the first four leave the full buckets (re-crawled as another page), then c04 is re-crawled as a copy
+    again = [orjson.dumps({"id": f"c{i:02d}", "text": f"{other} page {i}"}) for i in range(4)]
+    again.append(orjson.dumps({"id": "c04", "text": f"{page} visit 44"}))
+    second.write_bytes(b"".join(line + b"\n" for line in again))
+    cap = ("--max-bucket-size", "4")
+    _dedupe(tmp_path, "plain", first, *cap)
+    result = subprocess.run(
+        [*CLI, "reshard", "--state", str(tmp_path / "plain"), "--to", str(tmp_path / "two"), "--index-shards", "2"],
+        capture_output=True,
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    _dedupe(tmp_path, "plain", second, *cap)
+    _dedupe(tmp_path, "two", second, *cap)
+    assert _outputs(tmp_path, "two") == _outputs(tmp_path, "plain")
+    assert _clusters(tmp_path, "two") == _clusters(tmp_path, "plain")

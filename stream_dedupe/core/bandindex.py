@@ -23,12 +23,20 @@ _DELETED = -2
 
 @njit(cache=True)
 def _query_insert(  # pragma: no cover - jit
-    keys: np.ndarray, vals: np.ndarray, hashes: np.ndarray, ordinal: int, cap: int, insert: bool, out: np.ndarray
+    keys: np.ndarray,
+    vals: np.ndarray,
+    hashes: np.ndarray,
+    ordinal: int,
+    cap: int,
+    insert: bool,
+    out: np.ndarray,
+    skipped: np.ndarray,
 ) -> tuple[int, int]:
     mask = keys.shape[1] - 1
     found = 0
     full = 0
     for band in range(hashes.shape[0]):
+        skipped[band] = 0
         h = hashes[band]
         key = np.uint32(h >> np.uint64(32))
         slot = int(key) & mask
@@ -43,6 +51,7 @@ def _query_insert(  # pragma: no cover - jit
         if insert:
             if same >= cap:
                 full += 1
+                skipped[band] = 1
             else:
                 keys[band, slot] = key
                 vals[band, slot] = ordinal
@@ -92,20 +101,6 @@ def _any_match(keys: np.ndarray, vals: np.ndarray, hashes: np.ndarray) -> np.nda
 
 
 @njit(cache=True)
-def _insert_many(keys: np.ndarray, vals: np.ndarray, hashes: np.ndarray, first: int) -> None:  # pragma: no cover
-    """Add rows ``d`` of ``hashes`` as ordinals ``first + d`` (each probe ends at an empty slot)."""
-    mask = keys.shape[1] - 1
-    for d in range(hashes.shape[0]):
-        for band in range(hashes.shape[1]):
-            key = np.uint32(hashes[d, band] >> np.uint64(32))
-            slot = int(key) & mask
-            while vals[band, slot] != _EMPTY:
-                slot = (slot + 1) & mask
-            keys[band, slot] = key
-            vals[band, slot] = first + d
-
-
-@njit(cache=True)
 def _insert_capped(  # pragma: no cover - jit
     keys: np.ndarray, vals: np.ndarray, hashes: np.ndarray, first: int, cap: int
 ) -> int:
@@ -130,6 +125,24 @@ def _insert_capped(  # pragma: no cover - jit
                 keys[band, slot] = key
                 vals[band, slot] = first + d
     return full
+
+
+@njit(cache=True)
+def _insert_masked(  # pragma: no cover - jit
+    keys: np.ndarray, vals: np.ndarray, hashes: np.ndarray, first: int, skipped: np.ndarray
+) -> None:
+    """Add rows ``d`` of ``hashes`` as ordinals ``first + d`` to every band ``b`` where ``skipped[d, b]`` is 0."""
+    mask = keys.shape[1] - 1
+    for d in range(hashes.shape[0]):
+        for band in range(hashes.shape[1]):
+            if skipped[d, band]:
+                continue
+            key = np.uint32(hashes[d, band] >> np.uint64(32))
+            slot = int(key) & mask
+            while vals[band, slot] != _EMPTY:
+                slot = (slot + 1) & mask
+            keys[band, slot] = key
+            vals[band, slot] = first + d
 
 
 @njit(cache=True)
@@ -221,6 +234,8 @@ class BandIndex:
         self._vals = np.full((bands, size), _EMPTY, dtype=np.int32)
         self._used = 0  # slots ever filled per band (live + deleted)
         self._out = np.empty(0, dtype=np.int32)
+        #: Per band, 1 where the last :meth:`query_insert` found the bucket full and did not join it.
+        self.skipped = np.zeros(bands, dtype=np.uint8)
 
     @property
     def capacity(self) -> int:
@@ -248,7 +263,7 @@ class BandIndex:
             self._grow()
         if self._out.shape[0] < self.bands * cap:
             self._out = np.empty(self.bands * cap, dtype=np.int32)
-        found, full = _query_insert(self._keys, self._vals, hashes, ordinal, cap, insert, self._out)
+        found, full = _query_insert(self._keys, self._vals, hashes, ordinal, cap, insert, self._out, self.skipped)
         if insert:
             self._used += 1
         return self._out[:found].copy(), int(full)
@@ -271,7 +286,8 @@ class BandIndex:
         """
         while 2 * (self._used + hashes.shape[0]) > self.capacity:
             self._grow()
-        _insert_many(self._keys, self._vals, np.ascontiguousarray(hashes), first)
+        none_skipped = np.zeros(hashes.shape, dtype=np.uint8)
+        _insert_masked(self._keys, self._vals, np.ascontiguousarray(hashes), first, none_skipped)
         self._used += hashes.shape[0]
 
     def reserve(self, entries: int) -> None:
@@ -290,6 +306,16 @@ class BandIndex:
         full = int(_insert_capped(self._keys, self._vals, np.ascontiguousarray(hashes), first, cap))
         self._used += hashes.shape[0]
         return full
+
+    def insert_masked(self, hashes: np.ndarray, first: int, skipped: np.ndarray) -> None:
+        """Add the rows of ``hashes`` as ordinals ``first, first + 1, ...`` to the bands ``skipped`` leaves them.
+
+        No cap is checked: ``skipped`` (``(n, bands)`` uint8, 1 = not joined) says which buckets each
+        document joined when it arrived, so the tables are the live ones (a rebuild from the state).
+        """
+        self.reserve(hashes.shape[0])
+        _insert_masked(self._keys, self._vals, np.ascontiguousarray(hashes), first, np.ascontiguousarray(skipped))
+        self._used += hashes.shape[0]
 
     def bucket_sizes(self, hashes: np.ndarray) -> np.ndarray:
         """Per band: the live entries of the bucket of ``hashes[band]`` (shape ``(bands,)``)."""

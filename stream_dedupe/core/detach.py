@@ -63,8 +63,11 @@ def _leave_index(state: StateView, lsh: LshIndex, doc_id: str, prior: DocRecord)
     if prior.indexed and signature is not None:
         hashes = lsh.hashes(signature.reshape(1, -1))[0]
         lsh.remove(doc_id, hashes)
+        state.put_skipped_bands(doc_id, None)
         if group:
-            lsh.add(group[0], hashes)
+            _, full = lsh.add(group[0], hashes)
+            if full:
+                state.put_skipped_bands(group[0], lsh.skipped_bands())
             _promote(state, doc_id, group[0], group)
     state.put_signature(doc_id, None)
     state.put_shingle_set(doc_id, None)

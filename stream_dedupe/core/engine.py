@@ -33,7 +33,7 @@ from stream_dedupe.core.signer import Signed, Signer
 from stream_dedupe.core.unionfind import ClusterInfo, UnionFind
 from stream_dedupe.errors import StateMismatchError
 from stream_dedupe.storage.base import KVStore
-from stream_dedupe.storage.state import DocRecord, StateView
+from stream_dedupe.storage.state import SKIPPED_BANDS_KEPT, DocRecord, StateView
 
 _PARAMS_KEY = b"params"
 #: Counters of document outcomes, which a carrier decided again does not count twice.
@@ -113,6 +113,7 @@ class DedupeEngine:
         stored = self.state.get_json(_PARAMS_KEY)
         if stored is None:
             self.state.put_json(_PARAMS_KEY, wanted)
+            self.state.put("meta", SKIPPED_BANDS_KEPT, b"1")  # a new state: its rebuild can be exact
             self.state.commit()
             return
         from stream_dedupe.config import mismatch_message  # message building lives with the flag names

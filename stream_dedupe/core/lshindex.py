@@ -41,6 +41,10 @@ class LshIndex:
         ids = self._ids
         return {ids[o] for o in set(ordinals.tolist())}, full
 
+    def skipped_bands(self) -> np.ndarray:
+        """Per band, 1 where the last :meth:`add` found the bucket full and did not join it (uint8 copy)."""
+        return self.tables.skipped.copy()
+
     def query(self, hashes: np.ndarray) -> set[str]:
         """Ids sharing a band with ``hashes`` (nothing is indexed)."""
         ordinals, _ = self.tables.query_insert(hashes, -1, self.bucket_cap, insert=False)
@@ -74,6 +78,18 @@ class LshIndex:
         full = self.tables.insert_capped(hashes, len(self._ids), self.bucket_cap)
         self._ids.extend(doc_ids)
         return full
+
+    def add_all_masked(self, doc_ids: list[str], hashes: np.ndarray, skipped: np.ndarray) -> None:
+        """Index documents in the bands they joined when they arrived (a rebuild: the live tables exactly).
+
+        Args:
+            doc_ids: The documents.
+            hashes: Their ``(n, bands)`` band hashes.
+            skipped: ``(n, bands)`` uint8, 1 where a document found the bucket full and did not join it.
+
+        """
+        self.tables.insert_masked(hashes, len(self._ids), skipped)
+        self._ids.extend(doc_ids)
 
     def full_bands(self, hashes: np.ndarray) -> np.ndarray:
         """Per band of a document's ``(bands,)`` hashes: True if its bucket holds ``bucket_cap`` entries or more.

@@ -24,6 +24,10 @@ from stream_dedupe.storage.overlay import DEFAULT_CACHE_ENTRIES, HOT_NAMESPACES,
 __all__ = ["DEFAULT_CACHE_ENTRIES", "HOT_NAMESPACES", "DocRecord", "Edge", "StateView", "dumps"]
 
 _U32 = np.dtype("<u4")
+#: Meta key prefix of a document's skipped bands (packed bits, 1 = found its bucket full, not joined).
+SKIPPED_BANDS_PREFIX = b"skipped-bands/"
+#: Meta key set in a state whose documents record their skipped bands (its rebuild is exact).
+SKIPPED_BANDS_KEPT = b"skipped-bands-kept"
 
 Edge = tuple[str, float, bool]
 
@@ -138,6 +142,17 @@ class StateView(BatchOverlay):
         """The sorted unique shingle hashes of a document (exact mode), or None."""
         raw = self.get("sets", _key(doc_id))
         return None if raw is None else np.frombuffer(raw, dtype=_U32)
+
+    def put_skipped_bands(self, doc_id: str, skipped: np.ndarray | None) -> None:
+        """Store the bands a document found full and did not join (uint8 per band); None or none: delete.
+
+        A delete reads first: most documents never skip a band, and a delete is a changelog record.
+        """
+        key = SKIPPED_BANDS_PREFIX + _key(doc_id)
+        if skipped is not None and skipped.any():
+            self.put("meta", key, np.packbits(skipped != 0).tobytes())
+        elif self.get("meta", key) is not None:
+            self.put("meta", key, None)
 
     def put_shingle_set(self, doc_id: str, hashes: np.ndarray | None) -> None:
         """Store (or delete) a shingle set, little-endian."""

@@ -54,6 +54,7 @@ class BandWindow(LshIndex):
         self._ops: list[list[BandOp]] = [[] for _ in range(shards)]
         self.fetches = 0
         self.buckets_fetched = 0
+        self._skipped = np.zeros(bands, dtype=np.uint8)
 
     def __len__(self) -> int:
         raise TypeError("a sharded index has no size of its own: ask its shards (IndexShard.documents)")
@@ -101,11 +102,13 @@ class BandWindow(LshIndex):
         found: set[str] = set()
         joined = []
         full = 0
-        for bucket in buckets.tolist():
+        self._skipped = np.zeros(self.bands, dtype=np.uint8)
+        for band, bucket in enumerate(buckets.tolist()):
             members = self.loaded[bucket]
             found.update(members)
             if len(members) >= self.bucket_cap:
                 full += 1
+                self._skipped[band] = 1
             else:
                 members.append(doc_id)
                 joined.append(bucket)
@@ -136,6 +139,10 @@ class BandWindow(LshIndex):
         self._load(buckets)
         loaded = self.loaded
         return np.array([any(loaded[b] for b in row) for row in buckets.tolist()], dtype=np.bool_)
+
+    def skipped_bands(self) -> np.ndarray:
+        """See :class:`LshIndex` (the shards keep each document's joined bands themselves)."""
+        return self._skipped.copy()
 
     def full_bands(self, hashes: np.ndarray) -> np.ndarray:
         """Per band of a document's ``(bands,)`` hashes: True if its bucket holds ``bucket_cap`` members or more."""
