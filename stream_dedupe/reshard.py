@@ -81,7 +81,7 @@ def _copy_state(store: Any, params: Any, number: int, target: Path, shards: int)
     from stream_dedupe.sharded_state import ProcessShards
     from stream_dedupe.storage.base import NAMESPACES
     from stream_dedupe.storage.rocks import RocksStore
-    from stream_dedupe.storage.state import SKIPPED_BANDS_PREFIX, DocRecord
+    from stream_dedupe.storage.state import DocRecord, skipped_bands_of
 
     counts = {"shards": shards}
     local_out = RocksStore(target, wal=False)
@@ -108,12 +108,7 @@ def _copy_state(store: Any, params: Any, number: int, target: Path, shards: int)
             )
         else:  # an unsharded index: every band but those a document found full (kept in the state's meta)
             none = np.zeros(params.bands, dtype=np.uint8)
-            start = len(SKIPPED_BANDS_PREFIX)
-            skipped = {
-                k[start:]: np.unpackbits(np.frombuffer(v, dtype=np.uint8))[: params.bands]
-                for k, v in source_local.items("meta")
-                if k.startswith(SKIPPED_BANDS_PREFIX)
-            }
+            skipped = skipped_bands_of(source_local, params.bands)
             bitmaps = (
                 (k, np.packbits(skipped.get(k, none) == 0).tobytes())
                 for k, v in source_local.items("docs")

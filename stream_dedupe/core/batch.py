@@ -24,7 +24,7 @@ from stream_dedupe.core.normalize import title_key
 from stream_dedupe.core.records import Document
 from stream_dedupe.core.signer import Signed, Signer
 from stream_dedupe.storage.base import KVStore
-from stream_dedupe.storage.state import SKIPPED_BANDS_KEPT, SKIPPED_BANDS_PREFIX, DocRecord, StateView
+from stream_dedupe.storage.state import SKIPPED_BANDS_KEPT, DocRecord, StateView, skipped_bands_of
 
 
 @dataclass
@@ -225,12 +225,7 @@ def rebuild_index(store: KVStore, lsh: LshIndex) -> None:
     lsh.reserve(documents)
     skipped: dict[bytes, np.ndarray] | None = None
     if store.get_many("meta", [SKIPPED_BANDS_KEPT])[0] is not None:
-        start = len(SKIPPED_BANDS_PREFIX)
-        skipped = {
-            key[start:]: np.unpackbits(np.frombuffer(value, dtype=np.uint8))[: lsh.tables.bands]
-            for key, value in store.items("meta")
-            if key.startswith(SKIPPED_BANDS_PREFIX)
-        }
+        skipped = skipped_bands_of(store, lsh.tables.bands)
     chunk: list[tuple[bytes, bytes]] = []
     for item in store.items("sigs"):
         chunk.append(item)

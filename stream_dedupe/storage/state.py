@@ -39,6 +39,16 @@ def _le_bytes(values: np.ndarray) -> bytes:
     return values.astype(_U32).tobytes()
 
 
+def skipped_bands_of(store: KVStore, bands: int) -> dict[bytes, np.ndarray]:
+    """Every document's skipped bands kept in ``store`` (key -> uint8 per band, 1 = not joined)."""
+    start = len(SKIPPED_BANDS_PREFIX)
+    return {
+        key[start:]: np.unpackbits(np.frombuffer(value, dtype=np.uint8))[:bands]
+        for key, value in store.items("meta")
+        if key.startswith(SKIPPED_BANDS_PREFIX)
+    }
+
+
 def _key(doc_id: str) -> bytes:
     return doc_id.encode("utf-8")
 
