@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from collections.abc import Sequence
 
 import pytest
 
@@ -121,6 +122,43 @@ def test_unchanged_and_replaced_content(store: KVStore) -> None:
     assert later[0]["event"] == "new" and later[0]["cluster"] == "a" and later[0]["representative"] == "c"
     cover = next(e for e in later if e["event"] == "cover-changed")
     assert cover["entered"] == [] and [(x["id"], x["representative"]) for x in cover["left"]] == [("a", "c")]
+
+
+class _ReadCountingStore(MemoryStore):
+    """A memory store that records the keys read from each namespace."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: defaultdict[str, set[bytes]] = defaultdict(set)
+
+    def get_many(self, namespace: str, keys: Sequence[bytes]) -> list[bytes | None]:
+        self.reads[namespace].update(keys)
+        return super().get_many(namespace, keys)
+
+
+def test_an_unchanged_recrawl_reads_only_its_own_records() -> None:
+    """A re-crawl whose content did not change reads no signature, shingle set, edge or candidate.
+
+    Its event names its cluster, so it reads its own record and union-find records; reading its
+    neighbours (as a changed version must, to decide again) made a re-crawl pass ~1.35x slower.
+    """
+    store = _ReadCountingStore()
+    engine = DedupeEngine(DedupeParams(), store)
+    items = corpus(seed=3, families=6, copies=3)
+    run_all(engine, items, batch=64)
+    store.reads.clear()
+    again = run_all(engine, items, batch=64)
+    assert [e["event"] for e in again] == ["unchanged"] * len(items)
+    ids = {d.encode("utf-8") for d, _ in items}
+    for namespace in ("sigs", "sets", "edges", "documents"):
+        assert not store.reads[namespace] & ids, namespace
+    assert store.reads["docs"] & ids == ids
+    # one changed document still reads what it decides with: its own signature and its neighbours'
+    store.reads.clear()
+    first, body = items[0]
+    changed = run_all(engine, [(first, body + " and a new closing sentence")])
+    assert changed[0]["event"] in ("new", "duplicate-of")
+    assert first.encode("utf-8") in store.reads["sigs"] and store.reads["sets"]
 
 
 def test_bridge_document_merges_and_removal_splits(store: KVStore) -> None:

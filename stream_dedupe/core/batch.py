@@ -133,12 +133,21 @@ class BatchPreparer:
         too (a re-crawl's old version is detached; a new one's are absent, one multi-get says so).
         """
         state = self.state
-        ids = {p.doc.doc_id for p in prepared}
-        prepared_ids = set(ids)
+        prepared_ids = {p.doc.doc_id for p in prepared}
+        # A re-crawl whose content is unchanged reads only its own union-find records (its
+        # ``unchanged`` event names its cluster): not its signature, group or candidates. The
+        # common case of a periodic re-crawl; if an earlier record of the batch changes it
+        # after all, its reads are single gets, the same values.
+        changing = [p for p in prepared if not _unchanged(state, p)]
+        changing_ids = {p.doc.doc_id for p in changing}
+        same = [i.encode("utf-8") for i in prepared_ids - changing_ids]
+        ids = set(changing_ids)
         # a re-crawl's old version leaves the band tables by its stored signature
-        state.prefetch("sigs", [key for key in (i.encode("utf-8") for i in ids) if state.get("docs", key) is not None])
+        state.prefetch(
+            "sigs", [key for key in (i.encode("utf-8") for i in changing_ids) if state.get("docs", key) is not None]
+        )
         signed = []
-        for item in prepared:
+        for item in changing:
             head = state.exact_group_head(item.content_hash)
             if head is not None:
                 ids.add(head)
@@ -162,6 +171,9 @@ class BatchPreparer:
         state.prefetch("docs", keys)
         for namespace in ("parent", "clusters", "edges", "sets" if self.params.verify == "exact" else "sigs"):
             state.prefetch(namespace, rest)
+        for namespace in ("parent", "clusters"):
+            state.prefetch(namespace, same)
+        keys += same
         # Their content groups (the cover reads a neighbour's group to expand it).
         records = (state.doc(i) for i in ids)
         state.prefetch("exact", list({r.content_hash for r in records if r is not None}))
@@ -204,6 +216,12 @@ class BatchPreparer:
             stripped.append(learner.stripped_lines != before)
         self.counters["boilerplate_lines_stripped"] += learner.stripped_lines - start
         return texts, stripped
+
+
+def _unchanged(state: StateView, item: Prepared) -> bool:
+    """True if ``item`` is a known document whose stored version has the same identity key."""
+    prior = state.doc(item.doc.doc_id)
+    return prior is not None and prior.content_hash == item.content_hash
 
 
 #: Signatures from which a rebuild of the band tables enables the compiled kernels: the pure
