@@ -161,6 +161,75 @@ def test_an_unchanged_recrawl_reads_only_its_own_records() -> None:
     assert first.encode("utf-8") in store.reads["sigs"] and store.reads["sets"]
 
 
+class _CallCountingStore(_ReadCountingStore):
+    """A memory store that also counts its multi-gets (one per namespace and prefetch; one per single get)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def get_many(self, namespace: str, keys: Sequence[bytes]) -> list[bytes | None]:
+        self.calls += 1
+        return super().get_many(namespace, keys)
+
+
+def test_a_batch_of_deletions_reads_with_multi_gets() -> None:
+    """Deleting a batch loads what taking its documents out reads with one multi-get per namespace.
+
+    Each deletion read its record, group, signature, kept skipped bands, union-find records and
+    edges with single gets (~115 us a deletion, most of it those reads); the store is read
+    a bounded number of times per batch now, not several times per deletion.
+    """
+    from stream_dedupe.core.records import Deletion
+
+    store = _CallCountingStore()
+    engine = DedupeEngine(DedupeParams(), store)
+    items = corpus(seed=5, families=20, copies=3)
+    run_all(engine, items, batch=64)
+    gone = [doc_id for doc_id, _ in items[::2]]
+    store.calls = 0
+    store.reads.clear()
+    events = engine.process([Deletion(doc_id) for doc_id in gone])
+    engine.commit()
+    assert [e["id"] for e in events if e["event"] == "deleted"] == gone
+    assert store.calls <= 40 < 3 * len(gone), store.calls
+    assert {d.encode("utf-8") for d in gone} <= store.reads["sigs"]
+
+
+def test_a_document_taken_out_twice_in_one_batch_decides_as_in_separate_batches() -> None:
+    """Band hashes computed for a batch's removals are used only for the signature they came from.
+
+    A document deleted, added back with other content, and deleted again (and a re-crawl changed
+    twice) in one batch gives the events and state of one record per batch.
+    """
+    from stream_dedupe.core.records import Deletion
+
+    items = corpus(seed=6, families=8, copies=3)
+    (a, body_a), (b, body_b) = items[0], items[3]
+    other = items[6][1]
+    tail: list[object] = [
+        Deletion(a),
+        doc(a, other),
+        Deletion(a),
+        doc(b, body_b + " with one more closing sentence here"),
+        doc(b, body_a),
+        doc(a, body_a),
+    ]
+    outcomes = []
+    for batch_size in (len(tail), 1):
+        store = MemoryStore()
+        engine = DedupeEngine(DedupeParams(), store)
+        run_all(engine, items, batch=64)
+        events = []
+        for start in range(0, len(tail), batch_size):
+            events += engine.process(tail[start : start + batch_size])  # type: ignore[arg-type]
+            engine.commit()
+        outcomes.append(([{k: v for k, v in e.items() if k != "seq"} for e in events], final_clusters(store)))
+    assert outcomes[0] == outcomes[1]
+    of_a = [e["event"] for e in outcomes[0][0] if e.get("id") == a]
+    assert of_a[0] == of_a[2] == "deleted" and of_a[1] in ("new", "duplicate-of"), of_a
+
+
 def test_bridge_document_merges_and_removal_splits(store: KVStore) -> None:
     rng = random.Random(9)
     left, right = text(rng, 60), text(rng, 60)

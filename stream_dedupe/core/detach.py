@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from stream_dedupe.core import events as ev
 from stream_dedupe.core.canonical import choose
 from stream_dedupe.core.lshindex import LshIndex
@@ -16,7 +18,14 @@ from stream_dedupe.core.unionfind import ClusterInfo, UnionFind
 from stream_dedupe.storage.state import DocRecord, StateView
 
 
-def detach(state: StateView, uf: UnionFind, lsh: LshIndex, doc_id: str, prior: DocRecord) -> list[ev.Event]:
+def detach(
+    state: StateView,
+    uf: UnionFind,
+    lsh: LshIndex,
+    doc_id: str,
+    prior: DocRecord,
+    band_hashes: np.ndarray | None = None,
+) -> list[ev.Event]:
     """Remove ``doc_id``'s index entries and edges; rebuild what remains of its cluster.
 
     Args:
@@ -25,12 +34,14 @@ def detach(state: StateView, uf: UnionFind, lsh: LshIndex, doc_id: str, prior: D
         lsh: The band tables.
         doc_id: The document leaving.
         prior: Its current record.
+        band_hashes: The band hashes of its stored signature when already computed (a batch
+            computes them together), else None.
 
     Returns:
         ``cluster-split`` and ``canonical-changed`` events for the clusters left behind.
 
     """
-    _leave_index(state, lsh, doc_id, prior)
+    _leave_index(state, lsh, doc_id, prior, band_hashes)
     old = uf.cluster_of(doc_id)
     neighbours = state.edges(doc_id)
     if not neighbours:
@@ -56,12 +67,14 @@ def detach(state: StateView, uf: UnionFind, lsh: LshIndex, doc_id: str, prior: D
     return events
 
 
-def _leave_index(state: StateView, lsh: LshIndex, doc_id: str, prior: DocRecord) -> None:
+def _leave_index(
+    state: StateView, lsh: LshIndex, doc_id: str, prior: DocRecord, band_hashes: np.ndarray | None
+) -> None:
     group = [m for m in state.exact_group(prior.content_hash) if m != doc_id]
     state.put_exact_group(prior.content_hash, group)
     signature = state.signature(doc_id)
     if prior.indexed and signature is not None:
-        hashes = lsh.hashes(signature.reshape(1, -1))[0]
+        hashes = lsh.hashes(signature.reshape(1, -1))[0] if band_hashes is None else band_hashes
         lsh.remove(doc_id, hashes)
         state.put_skipped_bands(doc_id, None)
         if group:

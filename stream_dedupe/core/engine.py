@@ -158,7 +158,8 @@ class DedupeEngine:
             raise ValueError("lines: give every document's lines, or none")
         prepared = self.preparer.prepare(docs, presigned, self.lsh, known if known else None)
         fast = classify(records, prepared, self.state, self.lsh) if self.fast_path else [False] * len(prepared)
-        self.preparer.prefetch_neighbours([p for p, f in zip(prepared, fast, strict=True) if not f], self.lsh)
+        removed = [r.doc_id for r in records if isinstance(r, Deletion)]
+        self.preparer.prefetch_neighbours([p for p, f in zip(prepared, fast, strict=True) if not f], self.lsh, removed)
         # All of them at once, first: no record before a fast one reads what it writes (fastpath.py)
         news = iter(
             decide_new([p for p, f in zip(prepared, fast, strict=True) if f], self.state, self.lsh, self.counters)
@@ -280,7 +281,8 @@ class DedupeEngine:
             self.counters["replaced"] += 1
             if prior.representative:
                 seeds = later_neighbours(self.cover, doc.doc_id)
-            events.extend(detach(state, self.uf, self.lsh, doc.doc_id, prior))
+            old_hashes = self.preparer.old_band_hashes(doc.doc_id)
+            events.extend(detach(state, self.uf, self.lsh, doc.doc_id, prior, old_hashes))
         head = state.exact_group_head(item.content_hash)
         state.add_to_exact_group(item.content_hash, doc.doc_id)
         state.put_document_json(doc.doc_id, doc.raw)
@@ -343,7 +345,7 @@ class DedupeEngine:
     def _remove(self, doc_id: str, prior: DocRecord) -> list[ev.Event]:
         """Take a known document out of the state; the cluster and cover events that follow."""
         seeds = later_neighbours(self.cover, doc_id) if prior.representative else []
-        events = detach(self.state, self.uf, self.lsh, doc_id, prior)
+        events = detach(self.state, self.uf, self.lsh, doc_id, prior, self.preparer.old_band_hashes(doc_id))
         return [*events, *self._cover_events(doc_id, update_cover(self.cover, seeds))]
 
     def _document_event(self, doc_id: str, item: Prepared, cluster: ClusterInfo) -> ev.Event:
