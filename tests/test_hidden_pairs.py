@@ -233,3 +233,29 @@ def test_a_restart_after_a_full_bucket_lost_members_decides_the_same() -> None:
     assert decide(4) == decide(None)
     assert recrawled(decide(None))["cluster_size"] == 1
     assert recrawled(decide(4, older=True))["cluster_size"] == 2  # rebuilt as before: capped, in id order
+
+
+def test_the_title_guard_refuses_a_pair_a_full_bucket_hid() -> None:
+    """Copies of one page under two titles stay two pages past the cap, as they do without one.
+
+    Past the cap, an arrival also verifies the representatives covering its candidates, some
+    under the other title; those pairs are refused by the same rule as an LSH candidate's
+    (``candidates.titles_disagree``; ``HiddenPairs.pair`` applies it too).
+    """
+    checked: list[int] = []
+
+    def representatives(cap: int) -> list[str]:
+        store = MemoryStore()
+        engine = DedupeEngine(DedupeParams(), store, RuntimeLimits(max_bucket_size=cap))
+        items = copies(60)
+        for at in range(0, len(items), 7):
+            records = [doc(i, body, title="Alpha" if int(i[1:]) % 2 else "Beta") for i, body, _ in items[at : at + 7]]
+            engine.process(records)
+            engine.commit()
+        checked.append(engine.counters["full_bucket_candidates"])
+        return list(iter_representative_ids(store))
+
+    roomy = representatives(1000)
+    assert roomy == ["c010", "c011"]  # the first longer copy under each title
+    assert representatives(5) == roomy
+    assert checked[0] == 0 < checked[1]  # the capped run did verify pairs past full buckets

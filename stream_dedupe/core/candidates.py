@@ -8,13 +8,18 @@ the two documents' sources, and, with the title guard, their titles agree. Rejec
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from stream_dedupe.config import DedupeParams
 from stream_dedupe.core.batch import Prepared
-from stream_dedupe.core.hidden_pairs import HiddenPairs
 from stream_dedupe.core.lshindex import LshIndex
 from stream_dedupe.core.verify import estimated_jaccard, exact_jaccard
 from stream_dedupe.storage.state import StateView
+
+if TYPE_CHECKING:  # hidden_pairs verifies its pairs with this module's rules
+    from stream_dedupe.core.hidden_pairs import HiddenPairs
 
 #: ``(other document, similarity, exact)``: a verified pair (``exact``: the same content).
 Match = tuple[str, float, bool]
@@ -67,7 +72,7 @@ def verify_candidates(
         if mixed or item.title_key is not None:
             other_record = state.doc(other)
             assert other_record is not None, f"LSH candidate {other!r} has no record in the state"
-            if item.title_key is not None and other_record.title_key not in (None, item.title_key):
+            if titles_disagree(item.title_key, other_record.title_key):
                 counters["title_rejections"] += 1
                 counters["rejected_candidates"] += 1
                 continue
@@ -80,12 +85,32 @@ def verify_candidates(
     return matches
 
 
+def titles_disagree(mine: str | None, theirs: str | None) -> bool:
+    """The title guard's refusal: both documents have a title key (the guard is on) and they differ.
+
+    The one rule for an LSH candidate and for a pair a full bucket hid
+    (:meth:`~stream_dedupe.core.hidden_pairs.HiddenPairs.pair`).
+    """
+    return mine is not None and theirs is not None and mine != theirs
+
+
 def similarity_to(item: Prepared, other: str, state: StateView) -> float:
     """Jaccard of ``item`` and a document in the state: exact when ``item`` has its shingle set, else estimated."""
-    if item.shingle_set is not None:
+    return similarity_with_stored(item.shingle_set, item.signature, other, state)
+
+
+def similarity_with_stored(
+    shingle_set: np.ndarray | None, signature: np.ndarray | None, other: str, state: StateView
+) -> float:
+    """Jaccard of a document (its shingle set, its signature) and ``other`` in the state.
+
+    Exact on the shingle sets when the document has one (exact verification stores every
+    document's), else the MinHash estimate of the signatures.
+    """
+    if shingle_set is not None:
         other_set = state.shingle_set(other)
         assert other_set is not None, f"exact mode: no shingle set stored for {other!r}"
-        return exact_jaccard(item.shingle_set, other_set)
+        return exact_jaccard(shingle_set, other_set)
     other_sig = state.signature(other)
-    assert other_sig is not None and item.signature is not None
-    return estimated_jaccard(item.signature, other_sig)
+    assert other_sig is not None and signature is not None
+    return estimated_jaccard(signature, other_sig)

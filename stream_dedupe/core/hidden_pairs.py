@@ -31,8 +31,8 @@ from collections.abc import Callable
 import numpy as np
 
 from stream_dedupe.config import DedupeParams
+from stream_dedupe.core.candidates import similarity_with_stored, titles_disagree
 from stream_dedupe.core.lshindex import LshIndex
-from stream_dedupe.core.verify import estimated_jaccard, exact_jaccard
 from stream_dedupe.storage.state import StateView
 
 _HIGH = np.uint64(32)
@@ -100,10 +100,9 @@ class HiddenPairs:
         if not self._share_a_full_bucket(hashes, index.full_bands(hashes), rep):
             return None
         self.counters["full_bucket_candidates"] += 1
-        titles = (mine.title_key, theirs.title_key)
-        if self.params.title_guard and None not in titles and titles[0] != titles[1]:
+        if self.params.title_guard and titles_disagree(mine.title_key, theirs.title_key):
             return None  # the title guard refuses the pair, as it refuses an LSH candidate
-        similarity = self._similarity(doc_id, rep)
+        similarity = similarity_with_stored(state.shingle_set(doc_id), signature, rep, state)
         if similarity < self.params.pair_decision_threshold(mine.source, theirs.source):
             return None
         state.add_edges(doc_id, [(rep, similarity, False)])
@@ -116,13 +115,3 @@ class HiddenPairs:
             return False
         theirs = self.index().hashes(signature.reshape(1, -1))[0]
         return bool(np.any(full & ((hashes >> _HIGH) == (theirs >> _HIGH))))
-
-    def _similarity(self, a: str, b: str) -> float:
-        """Jaccard of two stored documents: exact on their shingle sets when stored, else the MinHash estimate."""
-        state = self.state
-        set_a, set_b = state.shingle_set(a), state.shingle_set(b)
-        if set_a is not None and set_b is not None:
-            return exact_jaccard(set_a, set_b)
-        sig_a, sig_b = state.signature(a), state.signature(b)
-        assert sig_a is not None and sig_b is not None
-        return estimated_jaccard(sig_a, sig_b)
