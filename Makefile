@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 KERNELS := $(VENV)/.kernels
 KERNEL_SOURCES := $(addprefix stream_dedupe/core/,kernels.py lsh.py bandindex.py lineform.py linekeys.py verify.py)
 
-.PHONY: demo test lint bench bench-peers bench-worker bench-scale bench-scale-out tools clean
+.PHONY: bytecode demo test lint bench bench-peers bench-worker bench-scale bench-scale-out tools clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +19,14 @@ $(KERNELS): $(STAMP) $(KERNEL_SOURCES)
 	$(BIN)/python -m stream_dedupe.warmup  # numba kernels into their cache, then the ahead-of-time module (core/aot.py)
 	touch $(KERNELS)
 
+# The package's bytecode, as a non-editable install has it: with PYTHONDONTWRITEBYTECODE set (CI
+# images, containers) an editable checkout would otherwise compile every module in every process,
+# ~0.1 s of each command's start-up (BENCHMARKS.md, "Start-up"). Incremental: only changed modules.
+bytecode: $(STAMP)
+	$(BIN)/python -m compileall -q stream_dedupe
+
 ## demo: dedupe the bundled example crawl into demo-out/ (events, canonical documents, clusters)
-demo: $(KERNELS)
+demo: $(KERNELS) bytecode
 	rm -rf demo-out && mkdir -p demo-out
 	$(BIN)/stream-dedupe dedupe examples/crawl-sample.jsonl --state demo-out/state \
 	    --events demo-out/events.jsonl --deduped demo-out/deduped.jsonl
@@ -43,7 +49,7 @@ tools:
 	@bash tools/helm/install.sh >/dev/null  # helm, built once with Go into ~/.cache/stream-dedupe/helm
 
 ## test: lint, type-check and run the whole test suite
-test: $(KERNELS) tools lint
+test: $(KERNELS) bytecode tools lint
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
@@ -52,14 +58,14 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 ## bench: embedded engine beside datasketch on the same documents (see BENCHMARKS.md)
-bench: $(KERNELS)
+bench: $(KERNELS) bytecode
 	$(BIN)/python bench/bench_embedded.py --docs 20000
 
 ## bench-peers: stream-dedupe beside rensa, datasketch and datatrove (its own venv), fresh processes, interleaved rounds (BENCHMARKS.md)
 DATATROVE_VENV := bench/out/datatrove-venv
 #: A real corpus (mail and forum text) for a second run, when the shared data is beside the repo.
 NEWSGROUPS ?= ../shared/data/20newsgroups_bydate.jsonl.gz
-bench-peers: $(KERNELS)
+bench-peers: $(KERNELS) bytecode
 	$(BIN)/pip install -q -e '.[bench]'
 	@test -x $(DATATROVE_VENV)/bin/python || { $(PYTHON) -m venv $(DATATROVE_VENV) && \
 	    $(DATATROVE_VENV)/bin/pip install -q 'datatrove==0.10.1' regex tokenizers 'xxhash<4' nltk orjson spacy; } || \
@@ -70,16 +76,16 @@ bench-peers: $(KERNELS)
 	    --json bench/out/peers-newsgroups.json
 
 ## bench-worker: end to end through a real broker, beside the embedded engine (starts its own broker)
-bench-worker: $(KERNELS)
+bench-worker: $(KERNELS) bytecode
 	$(BIN)/python bench/bench_worker.py --docs 20000
 
 ## bench-scale-out: decide stage ceiling in isolation; 1 vs 2 workers; takeover after kill -9 (~20 min)
-bench-scale-out: $(KERNELS)
+bench-scale-out: $(KERNELS) bytecode
 	$(BIN)/python bench/bench_index.py --docs 20000 --rounds 3 --json bench/out/index.json
 	$(BIN)/python bench/bench_scale_out.py --docs 20000 --failover-docs 100000 --rounds 2 --standby-settle 30
 
 ## bench-scale: cost from 10k to 1M documents, engine beside datasketch (~15 min, ~5 GB in /tmp/sd-bench-scale; BENCHMARKS.md)
-bench-scale: $(KERNELS)
+bench-scale: $(KERNELS) bytecode
 	$(BIN)/python bench/bench_scale.py --sizes 10000,100000,1000000 --repeat-pair
 
 clean:

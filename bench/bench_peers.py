@@ -30,6 +30,7 @@ when it is truly a duplicate.
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import platform
@@ -238,6 +239,9 @@ def main() -> None:
     if args.peer:
         _run_peer(args.peer[0], Path(args.peer[1]), Path(args.peer[2]))
         return
+    # Every system runs as an installed package, with bytecode caches (pip compiles a package at
+    # install; an editable checkout under PYTHONDONTWRITEBYTECODE=1 would compile ours in every run).
+    compileall.compile_dir(REPO / "stream_dedupe", quiet=1)
     with tempfile.TemporaryDirectory(prefix="sd-bench-peers-") as tmp:
         work = Path(tmp)
         corpus = work / "corpus.jsonl"

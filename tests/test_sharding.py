@@ -354,8 +354,11 @@ def test_errors_say_how_to_fix_a_mismatched_layout() -> None:
         sharded(local, 4, lambda i: MemoryStore())
 
     def first_use(store: ShardedStore) -> None:
-        """Building an engine reaches no shard; its first batch does (``ShardedStore.connect``)."""
-        DedupeEngine(PARAMS, store).process(split(stream()[:5], [5])[0])
+        """Building an engine reaches no shard; its first batch with a new document does (``ShardedStore.connect``).
+
+        (A batch of unchanged re-crawls needs no shard: it is decided from the local records.)
+        """
+        DedupeEngine(PARAMS, store).process(split(stream()[30:35], [5])[0])
 
     swapped, _ = sharded(local, 2, lambda i: stores[1 - i])
     with pytest.raises(StateMismatchError, match="open each shard's own directory"):

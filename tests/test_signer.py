@@ -94,3 +94,47 @@ def test_with_learned_boilerplate_records_signed_elsewhere_are_reused_only_when_
     rest = engine.process(docs[2:], signed=sign_stage.sign([d.text for d in docs[2:]]))  # type: ignore[union-attr]
     assert engine.counters["presigned"] == 2  # the footer is learned now: stripped documents are signed again
     assert first + rest == plain.process(docs[:2]) + plain.process(docs[2:])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("verify", ["estimate", "exact"])
+def test_texts_known_already_get_no_minhash_and_the_others_the_same_records(verify: str) -> None:
+    """``sign(texts, known)``: a known text keeps its hash, length and tokens, and only loses its arrays."""
+    signer = Signer(DedupeParams(verify=verify))
+    texts = [d.text for d in documents()]
+    full = signer.sign(texts)
+    skipped = {i for i in range(len(texts)) if i % 3 == 0}
+    asked: list[tuple[int, bytes]] = []
+
+    def known(i: int, content_hash: bytes) -> bool:
+        asked.append((i, content_hash))
+        return i in skipped
+
+    partial = signer.sign(texts, known)
+    assert asked == [(i, r.content_hash) for i, r in enumerate(full)]
+    for i, (a, b) in enumerate(zip(full, partial, strict=True)):
+        if i in skipped:
+            assert (b.content_hash, b.length, b.tokens) == (a.content_hash, a.length, a.tokens)
+            assert b.signature is None and b.shingle_set is None
+        else:
+            assert b.same_as(a), i
+    assert all(r.signature is None for r in signer.sign(texts, lambda i, h: True))
+
+
+def test_an_unchanged_recrawl_is_not_minhashed() -> None:
+    """The engine signs a re-crawl whose stored record has its content without its MinHash."""
+    engine = DedupeEngine(DedupeParams(), MemoryStore())
+    docs = documents()
+    engine.process(docs)
+    engine.commit()
+    hashed: list[int] = []
+    inner = engine.signer.hasher.shingle_hashes_packed
+
+    def counting(buf: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        hashed.append(len(offsets) - 1)
+        return inner(buf, offsets)
+
+    engine.signer.hasher.shingle_hashes_packed = counting  # type: ignore[method-assign]
+    changed = doc("near", docs[-1].text + " and one more sentence at the end of it")
+    events = engine.process([*docs[:-1], changed])
+    assert [e["event"] for e in events if e["id"] != "near"][: len(docs) - 1] == ["unchanged"] * (len(docs) - 1)
+    assert hashed == [1]  # the changed document only

@@ -10,7 +10,7 @@ the stored signatures when a state is opened.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import mmh3
@@ -82,6 +82,7 @@ class BatchPreparer:
         presigned: list[Signed | None],
         lsh: LshIndex,
         lines: Sequence[TextLines] | None = None,
+        removed: Collection[str] = (),
     ) -> list[Prepared]:
         """Sign (or take the records signed elsewhere), key and band-hash a batch; load its records and groups.
 
@@ -95,8 +96,11 @@ class BatchPreparer:
             lines: Per document, its boilerplate lines computed elsewhere
                 (:func:`~stream_dedupe.core.boilerplate.text_lines` with these parameters), or
                 None to compute them here.
+            removed: Ids the batch's other records (deletions) take out: their documents are
+                signed in full even when their content is stored.
 
         """
+        self.state.prefetch("docs", [d.doc_id.encode("utf-8") for d in docs])
         signed = list(presigned)
         texts = [d.text for d in docs]
         if self.boilerplate is not None:
@@ -106,24 +110,49 @@ class BatchPreparer:
             signed = [None if cut else s for s, cut in zip(signed, stripped, strict=True)]
         todo = [i for i, s in enumerate(signed) if s is None]
         if todo:
-            for i, fresh in zip(todo, self.signer.sign([texts[i] for i in todo]), strict=True):
+            known = self._stored_as_is([docs[i] for i in todo], docs, removed)
+            for i, fresh in zip(todo, self.signer.sign([texts[i] for i in todo], known), strict=True):
                 signed[i] = fresh
         self.counters["presigned"] += len(docs) - len(todo)
         prepared = self.keyed(docs, signed, lsh)
         self.state.prefetch("exact", [p.content_hash for p in prepared])
-        self.state.prefetch("docs", [p.doc.doc_id.encode("utf-8") for p in prepared])
         return prepared
+
+    def _stored_as_is(
+        self, signing: list[Document], docs: list[Document], removed: Collection[str]
+    ) -> Callable[[int, bytes], bool]:
+        """For :meth:`Signer.sign`: True for a document whose stored record has this content (and title).
+
+        Such a document is decided ``unchanged`` from its record alone (no signature is read),
+        unless something earlier in the batch changes or removes its record: only a document whose
+        id no other record of the batch names is answered True.
+        """
+        state = self.state
+        counts = Counter(d.doc_id for d in docs)
+
+        def known(j: int, content_hash: bytes) -> bool:
+            doc = signing[j]
+            if counts[doc.doc_id] > 1 or doc.doc_id in removed:
+                return False
+            prior = state.doc(doc.doc_id)
+            return prior is not None and prior.content_hash == self.identity_key(content_hash, doc)[0]
+
+        return known
+
+    def identity_key(self, content_hash: bytes, doc: Document) -> tuple[bytes, str | None]:
+        """A document's identity key (its content hash, with its title key under the title guard); its title key."""
+        key = title_key(doc.title) if self.params.title_guard else None
+        if key is not None:
+            # the title is part of the identity: identical texts under different titles are distinct
+            content_hash = mmh3.hash_bytes(content_hash + bytes.fromhex(key))
+        return content_hash, key
 
     def keyed(self, docs: list[Document], signed: Sequence[Signed | None], lsh: LshIndex) -> list[Prepared]:
         """Documents with their signatures, identity keys and band hashes."""
         prepared = []
-        guard = self.params.title_guard
         for doc, record in zip(docs, signed, strict=True):
             assert record is not None
-            content_hash, key = record.content_hash, title_key(doc.title) if guard else None
-            if key is not None:
-                # the title is part of the identity: identical texts under different titles are distinct
-                content_hash = mmh3.hash_bytes(content_hash + bytes.fromhex(key))
+            content_hash, key = self.identity_key(record.content_hash, doc)
             prepared.append(Prepared(doc, content_hash, record.length, record.tokens, key, record.signature))
             prepared[-1].shingle_set = record.shingle_set
         with_sig = [p for p in prepared if p.signature is not None]

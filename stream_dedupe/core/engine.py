@@ -156,9 +156,9 @@ class DedupeEngine:
         known = [t for t in given if t is not None]
         if known and len(known) != len(docs):
             raise ValueError("lines: give every document's lines, or none")
-        prepared = self.preparer.prepare(docs, presigned, self.lsh, known if known else None)
-        fast = classify(records, prepared, self.state, self.lsh) if self.fast_path else [False] * len(prepared)
         removed = [r.doc_id for r in records if isinstance(r, Deletion)]
+        prepared = self.preparer.prepare(docs, presigned, self.lsh, known if known else None, set(removed))
+        fast = classify(records, prepared, self.state, self.lsh) if self.fast_path else [False] * len(prepared)
         self.preparer.prefetch_neighbours([p for p, f in zip(prepared, fast, strict=True) if not f], self.lsh, removed)
         # All of them at once, first: no record before a fast one reads what it writes (fastpath.py)
         news = iter(

@@ -16,7 +16,7 @@ parameters learn boilerplate is not :attr:`Signer.stateless`, and the engine reu
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import mmh3
@@ -26,7 +26,7 @@ import orjson
 from stream_dedupe.config import DedupeParams
 from stream_dedupe.core import jit, kernels
 from stream_dedupe.core.layout import resolve
-from stream_dedupe.core.minhash import MinHasher
+from stream_dedupe.core.minhash import MinHasher, pack
 from stream_dedupe.core.normalize import Normalizer
 
 #: Layout of an encoded record: version, flags, fingerprint (8 bytes), content hash (16 bytes),
@@ -95,8 +95,17 @@ class Signer:
         """True if a text's record does not depend on the state (no boilerplate learning)."""
         return not self.params.boilerplate.learn
 
-    def sign(self, texts: Sequence[str]) -> list[Signed]:
-        """Sign texts (already stripped of learned boilerplate, if any) in one vectorized batch."""
+    def sign(self, texts: Sequence[str], known: Callable[[int, bytes], bool] | None = None) -> list[Signed]:
+        """Sign texts (already stripped of learned boilerplate, if any) in one vectorized batch.
+
+        Args:
+            texts: The texts.
+            known: Called with a text's index and content hash; True when a record of that very
+                content is stored already (an unchanged re-crawl, whose decision reads no
+                signature): that text's record gets no signature or shingle set, and its MinHash
+                is not computed (most of signing's time).
+
+        """
         if not texts:
             return []
         jit.note_batch(len(texts))
@@ -104,22 +113,28 @@ class Signer:
         data = buf.tobytes()
         chars, tokens = kernels.text_stats(buf, offsets)
         bounds = offsets.tolist()
-        hashes, shingle_bounds = self.hasher.shingle_hashes_packed(buf, offsets)
-        signatures = self.hasher.signatures_from_hashes(hashes, shingle_bounds)
         min_tokens = max(self.params.min_tokens, 1)
         exact = self.params.verify == "exact"
-        if exact:
-            sets, set_bounds = kernels.unique_segments(hashes, shingle_bounds)
-            starts = set_bounds.tolist()
+        content_hashes = [mmh3.hash_bytes(data[bounds[i] : bounds[i + 1]]) for i in range(len(texts))]
+        todo = [i for i, h in enumerate(content_hashes) if known is None or not known(i, h)]
+        rows = {i: row for row, i in enumerate(todo)}  # text index -> its row among the texts hashed
+        if 0 < len(todo) < len(texts):
+            buf, offsets = pack([data[bounds[i] : bounds[i + 1]] for i in todo])
+        if todo:
+            hashes, shingle_bounds = self.hasher.shingle_hashes_packed(buf, offsets)
+            signatures = self.hasher.signatures_from_hashes(hashes, shingle_bounds)
+            if exact:
+                sets, set_bounds = kernels.unique_segments(hashes, shingle_bounds)
+                starts = set_bounds.tolist()
         out = []
-        for i in range(len(texts)):
+        for i, content_hash in enumerate(content_hashes):
             n_tokens = int(tokens[i])
             signature = shingles = None
-            if n_tokens >= min_tokens:
-                signature = signatures[i]
+            row = rows.get(i)
+            if row is not None and n_tokens >= min_tokens:
+                signature = signatures[row]
                 if exact:
-                    shingles = sets[starts[i] : starts[i + 1]]
-            content_hash = mmh3.hash_bytes(data[bounds[i] : bounds[i + 1]])
+                    shingles = sets[starts[row] : starts[row + 1]]
             out.append(Signed(content_hash, int(chars[i]), n_tokens, signature, shingles))
         return out
 
