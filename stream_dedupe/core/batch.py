@@ -232,21 +232,21 @@ class BatchPreparer:
         """
         self._old_hashes = {}
         state = self.state
-        keys = list(dict.fromkeys(i.encode("utf-8") for i in doc_ids))
-        if not keys:
+        ids = list(dict.fromkeys(doc_ids))
+        if not ids:
             return
-        state.prefetch("docs", keys)
-        known = [(k, r) for k, r in ((k, state.doc(k.decode("utf-8"))) for k in keys) if r is not None]
+        state.prefetch("docs", [i.encode("utf-8") for i in ids])
+        known = [(i, r) for i, r in ((i, state.doc(i)) for i in ids) if r is not None]
         if not known:
             return
-        known_keys = [k for k, _ in known]
-        indexed = [k for k, r in known if r.indexed]
-        state.prefetch("sigs", indexed)
-        state.prefetch("meta", [SKIPPED_BANDS_PREFIX + k for k in indexed])
+        known_keys = [i.encode("utf-8") for i, _ in known]
+        indexed = [i for i, r in known if r.indexed]
+        state.prefetch("sigs", [i.encode("utf-8") for i in indexed])
+        state.prefetch("meta", [SKIPPED_BANDS_PREFIX + i.encode("utf-8") for i in indexed])
         state.prefetch("exact", list({r.content_hash for _, r in known}))
         for namespace in ("parent", "clusters", "edges"):
             state.prefetch(namespace, known_keys)
-        neighbours = {o.encode("utf-8") for k in known_keys for o, _, _ in state.edges(k.decode("utf-8"))}
+        neighbours = {o.encode("utf-8") for i, _ in known for o, _, _ in state.edges(i)}
         neighbours.difference_update(known_keys)
         if neighbours:
             others = list(neighbours)
@@ -256,7 +256,7 @@ class BatchPreparer:
         if roots:
             for namespace in ("docs", "parent", "clusters"):
                 state.prefetch(namespace, list(roots))
-        raws = [(k.decode("utf-8"), state.get("sigs", k)) for k in indexed]
+        raws = [(i, state.get("sigs", i.encode("utf-8"))) for i in indexed]
         present = [(doc_id, raw) for doc_id, raw in raws if raw is not None]
         if present:
             hashes = lsh.hashes(np.stack([np.frombuffer(raw, dtype="<u4") for _, raw in present]))
