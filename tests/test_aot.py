@@ -217,6 +217,16 @@ def test_numpy_scalars_and_each_spec_kind_fit_their_exports(monkeypatch: pytest.
     assert aot.AotKernel.misfits == before + 5
 
 
+def test_int64_bounds_and_one_argument_signatures_are_checked_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(aot.AotKernel, "misfits", 0)
+    kernel = aot.AotKernel([(lambda *args: "export", [["i"]])], lambda *a: "pure", lambda *a: "numba")
+    for value in (-(1 << 63), (1 << 63) - 1, 0, np.int64(-1), np.uint64((1 << 63) - 1), np.int8(3)):
+        assert kernel(value) == "export", value
+    for value in (1 << 63, -(1 << 63) - 1, np.uint64(1 << 63), True, np.bool_(False), 1.0, "1", None):
+        assert kernel(value) == "pure", value
+    assert kernel() == "pure" and kernel(1, 2) == "pure"  # the wrong number of arguments
+
+
 def test_prune_removes_modules_unused_for_the_stale_days_and_nothing_else(tmp_path: Path) -> None:
     now = 1_900_000_000.0
     day = 86400.0

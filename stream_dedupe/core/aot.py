@@ -231,8 +231,8 @@ class AotKernel:
 
     def __call__(self, *args: Any) -> Any:
         """Run the first exported signature the arguments fit, else the pure twin or numba."""
-        for function, checks in self._checked:
-            if _fits(args, checks):
+        for function, fits in self._checked:
+            if fits(args):
                 return function(*args)
         AotKernel.misfits += 1
         if AotKernel.misfits > MISFITS:
@@ -240,41 +240,59 @@ class AotKernel:
         return self.pure(*args)
 
 
-#: A spec as checked per call: ``("a", dtype, ndim)``, ``("i",)``, ``("b",)`` or ``("f",)``.
-_Check = tuple[Any, ...]
-
-
-def _compiled(specs: list[Spec]) -> tuple[_Check, ...]:
-    """The specs with their dtypes parsed once (a call's check then compares dtype objects)."""
-    return tuple(("a", np.dtype(spec[1]), spec[2]) if spec[0] == "a" else (spec[0],) for spec in specs)
-
-
+#: ``ndarray.flags.num`` bits of a C-contiguous, aligned array (numpy's ``NPY_ARRAY_C_CONTIGUOUS`` and
+#: ``NPY_ARRAY_ALIGNED``, part of its stable C API).
+_CONTIGUOUS_ALIGNED = 0x0001 | 0x0100
 _INT64 = range(-(1 << 63), 1 << 63)
 
 
-def _fits(args: tuple[Any, ...], checks: tuple[_Check, ...]) -> bool:
-    """True if ``args`` have exactly the exported types (it runs per call: 1.3 us for two arrays)."""
-    if len(args) != len(checks):
-        return False
-    for value, check in zip(args, checks, strict=True):
-        kind = check[0]
+def _compiled(specs: list[Spec]) -> Callable[[tuple[Any, ...]], bool]:
+    """A function telling whether a call's arguments have exactly the exported types of ``specs``.
+
+    It runs before every call of a kernel, so it is generated as straight-line code (as
+    ``dataclasses`` generates ``__init__``): 0.7 us for ``_query_insert``'s eight arguments,
+    against 1.9 us for a loop over the specs, whose compiled function itself takes 0.2 us
+    (BENCHMARKS.md, "Kernel calls"). An array fits when it is an ``ndarray`` of the dtype and
+    rank, C-contiguous and aligned; an ``i`` an int (not a bool) or numpy integer in int64's
+    range; a ``b`` a bool or numpy bool; an ``f`` a float or numpy floating.
+    """
+    names = [f"v{i}" for i in range(len(specs))]
+    env: dict[str, Any] = {
+        "_ND": np.ndarray,
+        "_NP_INT": np.integer,
+        "_NP_BOOL": np.bool_,
+        "_NP_FLOAT": np.floating,
+        "_INT64": _INT64,
+        "_CA": _CONTIGUOUS_ALIGNED,
+    }
+    body = [f"def fits(args):\n    if len(args) != {len(specs)}:\n        return False"]
+    if names:
+        body.append(f"    {', '.join(names)}, = args")
+    for i, (name, spec) in enumerate(zip(names, specs, strict=True)):
+        kind = spec[0]
         if kind == "a":
-            if not isinstance(value, np.ndarray) or value.ndim != check[2] or value.dtype != check[1]:
-                return False
-            flags = value.flags
-            if not (flags.c_contiguous and flags.aligned):
-                return False
+            env[f"d{i}"] = np.dtype(spec[1])
+            body.append(
+                f"    if not isinstance({name}, _ND) or {name}.ndim != {int(spec[2])}"
+                f" or ({name}.dtype is not d{i} and {name}.dtype != d{i})"
+                f" or {name}.flags.num & _CA != _CA:\n        return False"
+            )
         elif kind == "i":
-            if type(value) is not int and (isinstance(value, bool) or not isinstance(value, np.integer)):
-                return False
-            if int(value) not in _INT64:
-                return False
+            body.append(
+                f"    if type({name}) is int:\n"
+                f"        if not -9223372036854775808 <= {name} <= 9223372036854775807:\n            return False\n"
+                f"    elif isinstance({name}, bool) or not isinstance({name}, _NP_INT) or int({name}) not in _INT64:\n"
+                f"        return False"
+            )
         elif kind == "b":
-            if not isinstance(value, bool | np.bool_):
-                return False
-        elif not isinstance(value, float | np.floating):
-            return False
-    return True
+            body.append(f"    if type({name}) is not bool and not isinstance({name}, _NP_BOOL):\n        return False")
+        else:
+            body.append(f"    if not isinstance({name}, float | _NP_FLOAT):\n        return False")
+    body.append("    return True\n")
+    # the code holds names, integers and literals only: the dtypes go in through ``env``
+    exec("\n".join(body), env)
+    fits: Callable[[tuple[Any, ...]], bool] = env["fits"]
+    return fits
 
 
 def load(root: Path | None = None) -> dict[str, list[tuple[Callable[..., Any], list[Spec]]]] | None:

@@ -22,6 +22,7 @@ from stream_dedupe.core.boilerplate import BoilerplateLearner, TextLines
 from stream_dedupe.core.lshindex import LshIndex
 from stream_dedupe.core.normalize import title_key
 from stream_dedupe.core.records import Document
+from stream_dedupe.core.rows import stack_rows
 from stream_dedupe.core.signer import Signed, Signer
 from stream_dedupe.storage.base import KVStore
 from stream_dedupe.storage.state import (
@@ -157,7 +158,7 @@ class BatchPreparer:
             prepared[-1].shingle_set = record.shingle_set
         with_sig = [p for p in prepared if p.signature is not None]
         if with_sig:
-            band_hashes = lsh.hashes(np.stack([p.signature for p in with_sig if p.signature is not None]))
+            band_hashes = lsh.hashes(stack_rows([p.signature for p in with_sig if p.signature is not None]))
             for entry, row in zip(with_sig, band_hashes, strict=True):
                 entry.band_hashes = row
         return prepared
@@ -192,7 +193,7 @@ class BatchPreparer:
             elif item.band_hashes is not None:
                 signed.append(item.band_hashes)
         if signed:
-            ids |= lsh.query_many(np.stack(signed))
+            ids |= lsh.query_many(stack_rows(signed))
         # A batch document with no record in the state has no union-find records, edges or
         # signature there either (the engine's invariant, which ``_decide`` relies on too): no read.
         own = [
@@ -259,7 +260,7 @@ class BatchPreparer:
         raws = [(i, state.get("sigs", i.encode("utf-8"))) for i in indexed]
         present = [(doc_id, raw) for doc_id, raw in raws if raw is not None]
         if present:
-            hashes = lsh.hashes(np.stack([np.frombuffer(raw, dtype="<u4") for _, raw in present]))
+            hashes = lsh.hashes(stack_rows([np.frombuffer(raw, dtype="<u4") for _, raw in present]))
             self._old_hashes = {doc_id: (raw, row) for (doc_id, raw), row in zip(present, hashes, strict=True)}
 
     def old_band_hashes(self, doc_id: str) -> np.ndarray | None:

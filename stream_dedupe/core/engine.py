@@ -398,9 +398,13 @@ class DedupeEngine:
         state.put_edges(doc_id, list(matches))  # a new or just-detached document has no edges yet
         for other, similarity, exact in matches:
             state.add_edges(other, [(doc_id, similarity, exact)])
-        for root in before:  # one union per cluster joined, not per match (a cluster of N near copies: N)
-            uf.union(doc_id, root)
-        final = uf.cluster_of(doc_id)
+        # One union per cluster joined, not per match (a cluster of N near copies: N). The records
+        # read above stay current (each union only grows the document's own cluster); the finds
+        # of the document compress its path as union() and cluster_of() always did.
+        final = uf.info(uf.find(doc_id))
+        for root, info in before.items():
+            final = uf.union_roots(uf.find(doc_id), final, root, info).after
+        uf.find(doc_id)
         events: list[ev.Event] = []
         for info in before.values():
             if info.canonical.doc_id != final.canonical.doc_id:

@@ -24,13 +24,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-import numpy as np
-
 from stream_dedupe.core import events as ev
 from stream_dedupe.core.bandindex import earlier_twins
 from stream_dedupe.core.batch import Prepared
 from stream_dedupe.core.lshindex import LshIndex
 from stream_dedupe.core.records import Deletion, Document, Invalid, Record
+from stream_dedupe.core.rows import stack_rows
 from stream_dedupe.storage.state import DocRecord, StateView
 
 
@@ -71,7 +70,7 @@ def classify(records: Sequence[Record], prepared: Sequence[Prepared], state: Sta
         elif isinstance(record, Deletion | Invalid) and record.doc_id is not None:
             seen_ids.add(record.doc_id)
     if rows:
-        hashes = np.stack([prepared[i].band_hashes for i in rows])  # type: ignore[misc]
+        hashes = stack_rows([prepared[i].band_hashes for i in rows])  # type: ignore[misc]
         taken = lsh.any_match(hashes) | earlier_twins(hashes)
         for i, hit in zip(rows, taken.tolist(), strict=True):
             if hit:
@@ -89,7 +88,7 @@ def decide_new(items: Sequence[Prepared], state: StateView, lsh: LshIndex, count
     if not items:
         return []
     ids = [p.doc.doc_id for p in items]
-    lsh.add_new(ids, np.stack([p.band_hashes for p in items]))  # type: ignore[misc]
+    lsh.add_new(ids, stack_rows([p.band_hashes for p in items]))  # type: ignore[misc]
     state.put_new_exact_groups([p.content_hash for p in items], ids)
     encode = DocRecord.encode_representative
     state.put_new_documents(
@@ -99,7 +98,7 @@ def decide_new(items: Sequence[Prepared], state: StateView, lsh: LshIndex, count
             encode(p.content_hash, p.length, p.doc.updated_at_us, p.tokens, True, p.doc.source, p.title_key)
             for p in items
         ],
-        np.stack([p.signature for p in items]),  # type: ignore[misc]
+        stack_rows([p.signature for p in items]),  # type: ignore[misc]
         [p.shingle_set for p in items],
     )
     n = len(items)

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from stream_dedupe.core.rows import stack_rows
 from stream_dedupe.core.signer import Signed
 
 _HASH_BYTES = 16
@@ -47,7 +48,7 @@ def pack_signed(records: Sequence[Signed], fingerprint: bytes, num_perm: int) ->
         np.fromiter((r.length for r in records), dtype=np.int64, count=len(records)),
         np.fromiter((r.tokens for r in records), dtype=np.int64, count=len(records)),
         np.fromiter((r.signature is not None for r in records), dtype=bool, count=len(records)),
-        np.stack(sigs).astype(np.uint32, copy=False) if sigs else np.zeros((0, num_perm), dtype=np.uint32),
+        stack_rows(sigs).astype(np.uint32, copy=False) if sigs else np.zeros((0, num_perm), dtype=np.uint32),
         np.fromiter((r.shingle_set is not None for r in records), dtype=bool, count=len(records)),
         np.concatenate(sets).astype(np.uint32, copy=False) if sets else np.zeros(0, dtype=np.uint32),
         bounds,

@@ -86,7 +86,10 @@ class UnionFind:
     def union(self, a: str, b: str) -> MergeResult:
         """Join the clusters of ``a`` and ``b`` and return what changed."""
         root_a, root_b = self.find(a), self.find(b)
-        info_a, info_b = self.info(root_a), self.info(root_b)
+        return self.union_roots(root_a, self.info(root_a), root_b, self.info(root_b))
+
+    def union_roots(self, root_a: str, info_a: ClusterInfo, root_b: str, info_b: ClusterInfo) -> MergeResult:
+        """:meth:`union` of two roots whose records the caller has (``info``: :meth:`info` of each, current)."""
         if root_a == root_b:
             return MergeResult(root_a, (info_a, info_a), info_a)
         if (info_a.size, root_b) < (info_b.size, root_a):
