@@ -252,7 +252,7 @@ def _compiled(specs: list[Spec]) -> Callable[[tuple[Any, ...]], bool]:
     It runs before every call of a kernel, so it is generated as straight-line code (as
     ``dataclasses`` generates ``__init__``): 0.7 us for ``_query_insert``'s eight arguments,
     against 1.9 us for a loop over the specs, whose compiled function itself takes 0.2 us
-    (BENCHMARKS.md, "Kernel calls"). An array fits when it is an ``ndarray`` of the dtype and
+    (BENCHMARKS.md, "Kernel calls and row stacking"). An array fits when it is an ``ndarray`` of the dtype and
     rank, C-contiguous and aligned; an ``i`` an int (not a bool) or numpy integer in int64's
     range; a ``b`` a bool or numpy bool; an ``f`` a float or numpy floating.
     """
