@@ -153,6 +153,8 @@ def test_an_unchanged_recrawl_reads_only_its_own_records() -> None:
     for namespace in ("sigs", "sets", "edges", "documents"):
         assert not store.reads[namespace] & ids, namespace
     assert store.reads["docs"] & ids == ids
+    # nor its content group, nor the counts of its boilerplate lines (a re-crawl is not counted again)
+    assert not store.reads["exact"] and not store.reads["boilerplate"]
     # one changed document still reads what it decides with: its own signature and its neighbours'
     store.reads.clear()
     first, body = items[0]

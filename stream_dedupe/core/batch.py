@@ -116,7 +116,8 @@ class BatchPreparer:
                 signed[i] = fresh
         self.counters["presigned"] += len(docs) - len(todo)
         prepared = self.keyed(docs, signed, lsh)
-        self.state.prefetch("exact", [p.content_hash for p in prepared])
+        # an unchanged re-crawl is decided from its own record: its content group is not read
+        self.state.prefetch("exact", [p.content_hash for p in prepared if not _unchanged(self.state, p)])
         return prepared
 
     def _stored_as_is(
@@ -295,13 +296,25 @@ class BatchPreparer:
         else:  # one per document: the loop below zips them strictly
             forms = list(computed)
             self.counters["lines_given"] += len(forms)
-        learner.prefetch_counts([key for lines in forms for key in lines.keys if key is not None])
         counted: set[str] = set()
+        first_times = []
+        for doc in docs:
+            first_times.append(doc.doc_id not in counted and state.get("docs", doc.doc_id.encode("utf-8")) is None)
+            counted.add(doc.doc_id)
+        # only a document seen for the first time reads its lines' counts: a re-crawl is not
+        # counted again (stripping reads the learned set, in memory)
+        learner.prefetch_counts(
+            [
+                key
+                for lines, first in zip(forms, first_times, strict=True)
+                if first
+                for key in lines.keys
+                if key is not None
+            ]
+        )
         start = learner.stripped_lines
         texts, stripped = [], []
-        for doc, lines in zip(docs, forms, strict=True):
-            first_time = doc.doc_id not in counted and state.get("docs", doc.doc_id.encode("utf-8")) is None
-            counted.add(doc.doc_id)
+        for doc, lines, first_time in zip(docs, forms, first_times, strict=True):
             before = learner.stripped_lines
             texts.append(learner.strip_and_count(doc.text, doc.source, first_time, doc.doc_id, lines))
             stripped.append(learner.stripped_lines != before)
