@@ -10,6 +10,7 @@ decided in batches exactly as the worker does (``parse_document`` + ``Signer.dec
 
     python bench/bench_index.py --docs 20000 --dup-fraction 0.3 --rounds 3
     python bench/bench_index.py --no-wal   # the state written as `dedupe` writes it (no write-ahead log)
+    python bench/bench_index.py --only decide_only --store memory   # the engine over dicts: what RocksDB costs
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from stream_dedupe.config import DedupeParams
 from stream_dedupe.core.engine import DedupeEngine
 from stream_dedupe.core.records import Document, parse_document
 from stream_dedupe.core.signer import Signer
+from stream_dedupe.storage.memory import MemoryStore
 from stream_dedupe.storage.rocks import RocksStore
 
 #: Docs/s of each decide_only run per CPU second of this process (RocksDB's threads included): on a
@@ -43,9 +45,13 @@ CPU_RATES: list[float] = []
 STORE_OPTIONS: dict[str, Any] = {}
 
 
+#: ``--store memory``: the engine over dicts (no RocksDB at all), to see what the store costs.
+IN_MEMORY: list[bool] = [False]
+
+
 def decide_only(lines: list[bytes], wires: list[bytes], batch: int, workdir: str) -> float:
     """Docs/s of the decide stage: parse + decode signature + process + commit."""
-    store = RocksStore(Path(workdir) / "decide", **STORE_OPTIONS)
+    store: Any = MemoryStore() if IN_MEMORY[0] else RocksStore(Path(workdir) / "decide", **STORE_OPTIONS)
     engine = DedupeEngine(DedupeParams(), store)
     engine.process([])
     started, cpu = time.perf_counter(), time.process_time()
@@ -58,7 +64,8 @@ def decide_only(lines: list[bytes], wires: list[bytes], batch: int, workdir: str
     CPU_RATES.append(len(lines) / (time.process_time() - cpu))
     # documents from which a learned boilerplate line is stripped are signed again (the footer variant)
     assert engine.counters["presigned"] >= 0.9 * len(lines), "signatures were not used"
-    store.close()
+    if not IN_MEMORY[0]:
+        store.close()
     return len(lines) / seconds
 
 
@@ -97,6 +104,9 @@ def main() -> None:
     parser.add_argument(
         "--no-wal", action="store_true", help="write the state without the write-ahead log, as `dedupe` over files does"
     )
+    parser.add_argument(
+        "--store", choices=["rocks", "memory"], default="rocks", help="memory: decide_only over dicts, no RocksDB"
+    )
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument(
         "--only", choices=["decide_only", "whole_engine", "sign_only"], help="run one stage (A/B runs of commits)"
@@ -104,6 +114,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.no_wal:
         STORE_OPTIONS["wal"] = False
+    IN_MEMORY[0] = args.store == "memory"
     lines = [orjson.dumps(d) for d in generate(args.docs, 1, args.dup_fraction)]
     signer = Signer(DedupeParams())
     docs = [parse_document(raw, 1 << 20) for raw in lines]
