@@ -84,3 +84,15 @@ def test_record_bytes_bounds_aiokafkas_estimate_closely() -> None:
         ]
         exact = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, headers)
         assert exact <= record_bytes(key, value, headers) <= exact + 15 + 10 * len(headers)
+
+
+def test_a_batch_of_changelog_records_fits_exactly_when_each_record_does() -> None:
+    """The store's one-pass check answers as record_bytes does record by record (the slow path decides the rest)."""
+    from stream_dedupe.worker.store import _all_fit
+
+    records = [(b"k%d" % i, b"v" * i) for i in range(50)] + [(b"deleted", None)]
+    largest = max(record_bytes(k, v) for k, v in records)
+    assert _all_fit(records, largest) and _all_fit([], 0)
+    assert not _all_fit(records, largest - 1)
+    assert all(record_bytes(k, v) <= largest for k, v in records)
+    assert not _all_fit([(b"key-" * 40, b"")], record_bytes(b"key-" * 40, b"") - 1)  # the key counts too
