@@ -46,12 +46,12 @@ STORE_OPTIONS: dict[str, Any] = {}
 
 
 #: ``--store memory``: the engine over dicts (no RocksDB at all), to see what the store costs.
-IN_MEMORY: list[bool] = [False]
+IN_MEMORY = False
 
 
 def decide_only(lines: list[bytes], wires: list[bytes], batch: int, workdir: str) -> float:
     """Docs/s of the decide stage: parse + decode signature + process + commit."""
-    store: Any = MemoryStore() if IN_MEMORY[0] else RocksStore(Path(workdir) / "decide", **STORE_OPTIONS)
+    store: Any = MemoryStore() if IN_MEMORY else RocksStore(Path(workdir) / "decide", **STORE_OPTIONS)
     engine = DedupeEngine(DedupeParams(), store)
     engine.process([])
     started, cpu = time.perf_counter(), time.process_time()
@@ -64,7 +64,7 @@ def decide_only(lines: list[bytes], wires: list[bytes], batch: int, workdir: str
     CPU_RATES.append(len(lines) / (time.process_time() - cpu))
     # documents from which a learned boilerplate line is stripped are signed again (the footer variant)
     assert engine.counters["presigned"] >= 0.9 * len(lines), "signatures were not used"
-    if not IN_MEMORY[0]:
+    if not IN_MEMORY:
         store.close()
     return len(lines) / seconds
 
@@ -114,7 +114,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.no_wal:
         STORE_OPTIONS["wal"] = False
-    IN_MEMORY[0] = args.store == "memory"
+    global IN_MEMORY
+    IN_MEMORY = args.store == "memory"
     lines = [orjson.dumps(d) for d in generate(args.docs, 1, args.dup_fraction)]
     signer = Signer(DedupeParams())
     docs = [parse_document(raw, 1 << 20) for raw in lines]

@@ -289,8 +289,7 @@ class BatchPreparer:
 
         """
         assert self.boilerplate is not None
-        state, learner = self.state, self.boilerplate
-        state.prefetch("docs", [d.doc_id.encode("utf-8") for d in docs])
+        state, learner = self.state, self.boilerplate  # prepare() has prefetched the documents' records
         if computed is None:
             forms = learner.batch_lines([d.text for d in docs], [d.source for d in docs])
         else:  # one per document: the loop below zips them strictly

@@ -399,12 +399,14 @@ class DedupeEngine:
         for other, similarity, exact in matches:
             state.add_edges(other, [(doc_id, similarity, exact)])
         # One union per cluster joined, not per match (a cluster of N near copies: N). The records
-        # read above stay current (each union only grows the document's own cluster); the finds
-        # of the document compress its path as union() and cluster_of() always did.
-        final = uf.info(uf.find(doc_id))
+        # read above stay current (each union only grows the document's own cluster); the document
+        # is found before each union and after the last, compressing its path as union() and
+        # cluster_of() always did.
+        own = uf.find(doc_id)
+        final = uf.info(own)
         for root, info in before.items():
-            final = uf.union_roots(uf.find(doc_id), final, root, info).after
-        uf.find(doc_id)
+            final = uf.union_roots(own, final, root, info).after
+            own = uf.find(doc_id)
         events: list[ev.Event] = []
         for info in before.values():
             if info.canonical.doc_id != final.canonical.doc_id:

@@ -340,21 +340,15 @@ class FaustTableStore:
         for namespace, records in by_namespace.items():
             topic = self._tables[namespace].changelog_topic_name
             limit = self.limits.max_bytes(topic) if self.limits is not None else None
-            fitting = (
-                records if limit is None or _all_fit(records, limit) else self._fitting(producer, topic, limit, records)
-            )
+            fitting = records
+            if limit is not None and not _all_fit(records, limit):
+                fitting = [r for r in records if self._fits(producer, topic, limit, r)]
             for future, count in await send_batches(producer, topic, self.partition, fitting, max_bytes=limit):
                 pending.append((namespace, topic, future, count))
         for namespace, topic, future, count in pending:
             metadata = await future
             last = metadata.offset + count - 1
             faust_compat.set_persisted_offset(self._tables[namespace], topic, self.partition, last)
-
-    def _fitting(
-        self, producer: Any, topic: str, limit: int, records: list[tuple[bytes, bytes | None]]
-    ) -> list[tuple[bytes, bytes | None]]:
-        """The records that fit their topic, one by one (:meth:`_fits`)."""
-        return [r for r in records if self._fits(producer, topic, limit, r)]
 
     def _fits(self, producer: Any, topic: str, limit: int, record: tuple[bytes, bytes | None]) -> bool:
         """True when a changelog record fits its topic (compressed, when it is that large)."""
