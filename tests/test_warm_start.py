@@ -63,6 +63,7 @@ def test_a_warm_start_decides_as_the_engine_that_never_stopped(tmp_path: Path) -
     assert warm.warm_started and not cold.warm_started
     assert warm.boilerplate is not None and cold.boilerplate is not None
     assert warm.boilerplate.learned == cold.boilerplate.learned != set()
+    assert warm.boilerplate.learned_by_source == cold.boilerplate.learned_by_source != {}  # the epochs of re-crawls
     assert len(warm.lsh) >= len(cold.lsh) > 0  # the live tables keep the ordinals of documents re-signed
     assert sum(e["event"] == "duplicate-of" for e in want) >= 40, "the later pages must need the saved index"
     assert _run(warm, second) == want

@@ -3,8 +3,8 @@
 The :class:`BatchPreparer` signs documents (or takes the records the worker's sign stage made),
 strips learned boilerplate, derives the identity key (content hash, with the title when the
 title guard is on), computes the LSH band hashes, and loads with one multi-get per namespace
-what deciding the batch will read. :func:`rebuild_index` refills the in-memory band tables from
-the stored signatures when a state is opened.
+what deciding the batch will read. An unchanged re-crawl whose fingerprint says so is prepared
+from its stored record instead, its text neither stripped nor signed (:mod:`~stream_dedupe.core.recrawl`).
 """
 
 from __future__ import annotations
@@ -17,20 +17,17 @@ import mmh3
 import numpy as np
 
 from stream_dedupe.config import DedupeParams
-from stream_dedupe.core import jit
 from stream_dedupe.core.boilerplate import BoilerplateLearner, TextLines
 from stream_dedupe.core.lshindex import LshIndex
 from stream_dedupe.core.normalize import title_key
 from stream_dedupe.core.records import Document
+from stream_dedupe.core.recrawl import recognized, text_fingerprint
 from stream_dedupe.core.rows import stack_rows
 from stream_dedupe.core.signer import Signed, Signer
-from stream_dedupe.storage.base import KVStore
 from stream_dedupe.storage.state import (
-    SKIPPED_BANDS_KEPT,
     SKIPPED_BANDS_PREFIX,
     DocRecord,
     StateView,
-    skipped_bands_of,
 )
 
 
@@ -46,6 +43,10 @@ class Prepared:
     signature: np.ndarray | None = None
     band_hashes: np.ndarray | None = None
     shingle_set: np.ndarray | None = None
+    #: :func:`~stream_dedupe.core.recrawl.text_fingerprint` of the document, stored in its record.
+    fingerprint: bytes | None = None
+    #: Boilerplate lines learned when its text was stripped (the record's ``epoch``).
+    epoch: int = 0
 
 
 class BatchPreparer:
@@ -59,6 +60,10 @@ class BatchPreparer:
         counters: The engine's counters (presigned records, stripped lines).
 
     """
+
+    #: Decide unchanged re-crawls from their records when their fingerprints say so
+    #: (:mod:`~stream_dedupe.core.recrawl`); False reads every text (the tests compare the two).
+    recognize = True
 
     def __init__(
         self,
@@ -102,23 +107,35 @@ class BatchPreparer:
 
         """
         self.state.prefetch("docs", [d.doc_id.encode("utf-8") for d in docs])
+        fingerprints = [text_fingerprint(d) for d in docs]
+        epochs = [self.epoch(d.source) for d in docs]
+        known: list[DocRecord | None] = [None] * len(docs)
+        if self.recognize:
+            known = recognized(self.state, docs, fingerprints, epochs, removed)
         signed = list(presigned)
         texts = [d.text for d in docs]
         if self.boilerplate is not None:
             # every document is counted; a record signed elsewhere (from the unstripped text) is
             # still right when no learned line was stripped from it: the common case
-            texts, stripped = self.strip_boilerplate(docs, lines)
+            texts, stripped = self.strip_boilerplate(docs, lines, known, epochs)
             signed = [None if cut else s for s, cut in zip(signed, stripped, strict=True)]
-        todo = [i for i, s in enumerate(signed) if s is None]
+        todo = [i for i, s in enumerate(signed) if s is None and known[i] is None]
         if todo:
-            known = self._stored_as_is([docs[i] for i in todo], docs, removed)
-            for i, fresh in zip(todo, self.signer.sign([texts[i] for i in todo], known), strict=True):
+            stored = self._stored_as_is([docs[i] for i in todo], docs, removed)
+            for i, fresh in zip(todo, self.signer.sign([texts[i] for i in todo], stored), strict=True):
                 signed[i] = fresh
-        self.counters["presigned"] += len(docs) - len(todo)
-        prepared = self.keyed(docs, signed, lsh)
+        recognized_now = sum(1 for k in known if k is not None)
+        self.counters["presigned"] += len(docs) - len(todo) - recognized_now
+        if recognized_now:
+            self.counters["recognized_unchanged"] += recognized_now
+        prepared = self.keyed(docs, signed, lsh, fingerprints, epochs, known)
         # an unchanged re-crawl is decided from its own record: its content group is not read
         self.state.prefetch("exact", [p.content_hash for p in prepared if not _unchanged(self.state, p)])
         return prepared
+
+    def epoch(self, source: str | None) -> int:
+        """Boilerplate lines learned so far for ``source`` (0 without learning): see :mod:`.recrawl`."""
+        return 0 if self.boilerplate is None else self.boilerplate.epoch(source)
 
     def _stored_as_is(
         self, signing: list[Document], docs: list[Document], removed: Collection[str]
@@ -149,14 +166,41 @@ class BatchPreparer:
             content_hash = mmh3.hash_bytes(content_hash + bytes.fromhex(key))
         return content_hash, key
 
-    def keyed(self, docs: list[Document], signed: Sequence[Signed | None], lsh: LshIndex) -> list[Prepared]:
-        """Documents with their signatures, identity keys and band hashes."""
+    def keyed(
+        self,
+        docs: list[Document],
+        signed: Sequence[Signed | None],
+        lsh: LshIndex,
+        fingerprints: Sequence[bytes] | None = None,
+        epochs: Sequence[int] | None = None,
+        known: Sequence[DocRecord | None] | None = None,
+    ) -> list[Prepared]:
+        """Documents with their signatures, identity keys and band hashes.
+
+        Args:
+            docs: The documents.
+            signed: Their records (None only where ``known`` has the document's record).
+            lsh: The band tables (for the band hashes).
+            fingerprints: Their :func:`~stream_dedupe.core.recrawl.text_fingerprint`, when computed.
+            epochs: The learned lines each text was stripped with (default: all learned now).
+            known: Per document, the record of an unchanged re-crawl recognized by its fingerprint
+                (:func:`~stream_dedupe.core.recrawl.recognized`): prepared from the record, unsigned.
+
+        """
         prepared = []
-        for doc, record in zip(docs, signed, strict=True):
-            assert record is not None
-            content_hash, key = self.identity_key(record.content_hash, doc)
-            prepared.append(Prepared(doc, content_hash, record.length, record.tokens, key, record.signature))
-            prepared[-1].shingle_set = record.shingle_set
+        fingerprints = fingerprints if fingerprints is not None else [text_fingerprint(d) for d in docs]
+        epochs = epochs if epochs is not None else [self.epoch(d.source) for d in docs]
+        for i, (doc, record) in enumerate(zip(docs, signed, strict=True)):
+            prior = known[i] if known is not None else None
+            if prior is not None:
+                item = Prepared(doc, prior.content_hash, prior.length, prior.tokens, prior.title_key)
+            else:
+                assert record is not None
+                content_hash, key = self.identity_key(record.content_hash, doc)
+                item = Prepared(doc, content_hash, record.length, record.tokens, key, record.signature)
+                item.shingle_set = record.shingle_set
+            item.fingerprint, item.epoch = fingerprints[i], epochs[i]
+            prepared.append(item)
         with_sig = [p for p in prepared if p.signature is not None]
         if with_sig:
             band_hashes = lsh.hashes(stack_rows([p.signature for p in with_sig if p.signature is not None]))
@@ -276,13 +320,21 @@ class BatchPreparer:
         return memo[1]
 
     def strip_boilerplate(
-        self, docs: list[Document], computed: Sequence[TextLines] | None = None
+        self,
+        docs: list[Document],
+        computed: Sequence[TextLines] | None = None,
+        known: list[DocRecord | None] | None = None,
+        epochs: list[int] | None = None,
     ) -> tuple[list[str], list[bool]]:
         """Strip learned lines; count the lines of documents seen for the first time.
 
         Args:
             docs: The batch's documents.
             computed: Their lines when computed elsewhere (a signing process), else None.
+            known: Per document, the record of an unchanged re-crawl recognized at the start of
+                the batch: its lines are neither computed nor stripped, unless a line is learned
+                before its turn, which then sets its entry to None (it is read in full). Updated.
+            epochs: Per document, set here to the lines learned when its text is stripped. Updated.
 
         Returns:
             The texts to sign, and per document whether any line was stripped from it.
@@ -290,11 +342,15 @@ class BatchPreparer:
         """
         assert self.boilerplate is not None
         state, learner = self.state, self.boilerplate  # prepare() has prefetched the documents' records
-        if computed is None:
-            forms = learner.batch_lines([d.text for d in docs], [d.source for d in docs])
-        else:  # one per document: the loop below zips them strictly
+        skip = known if known is not None else [None] * len(docs)
+        forms: list[TextLines | None]
+        if computed is not None:  # one per document: the loop below zips them strictly
             forms = list(computed)
             self.counters["lines_given"] += len(forms)
+        else:
+            reading = [d for d, k in zip(docs, skip, strict=True) if k is None]
+            each = iter(learner.batch_lines([d.text for d in reading], [d.source for d in reading]))
+            forms = [next(each) if k is None else None for k in skip]
         counted: set[str] = set()
         first_times = []
         for doc in docs:
@@ -306,14 +362,24 @@ class BatchPreparer:
             [
                 key
                 for lines, first in zip(forms, first_times, strict=True)
-                if first
+                if first and lines is not None
                 for key in lines.keys
                 if key is not None
             ]
         )
         start = learner.stripped_lines
         texts, stripped = [], []
-        for doc, lines, first_time in zip(docs, forms, first_times, strict=True):
+        for k, (doc, lines, first_time) in enumerate(zip(docs, forms, first_times, strict=True)):
+            epoch = learner.epoch(doc.source)
+            if epochs is not None:
+                epochs[k] = epoch
+            prior = skip[k]
+            if prior is not None and prior.epoch == epoch:
+                texts.append(doc.text)  # recognized: not stripped, not signed (prepared from its record)
+                stripped.append(False)
+                continue
+            if prior is not None:  # a line learned before its turn: read in full after all
+                skip[k] = None
             before = learner.stripped_lines
             texts.append(learner.strip_and_count(doc.text, doc.source, first_time, doc.doc_id, lines))
             stripped.append(learner.stripped_lines != before)
@@ -325,54 +391,3 @@ def _unchanged(state: StateView, item: Prepared) -> bool:
     """True if ``item`` is a known document whose stored version has the same identity key."""
     prior = state.doc(item.doc.doc_id)
     return prior is not None and prior.content_hash == item.content_hash
-
-
-#: Signatures from which a rebuild of the band tables enables the compiled kernels: the pure
-#: insert takes ~70 us a document, so numba's ~0.7 s start repays itself from about here.
-REBUILD_COMPILED_DOCS = 8192
-
-
-def rebuild_index(store: KVStore, lsh: LshIndex) -> None:
-    """Fill ``lsh`` with the bands of every indexed document in the state (start-up, recovery).
-
-    A state that keeps its documents' skipped bands (:data:`~stream_dedupe.storage.state.SKIPPED_BANDS_KEPT`,
-    every state created since) gets the live tables exactly: each document in the bands it joined
-    when it arrived. An older one is rebuilt capped in id order, as before: a full bucket may then
-    hold other members than the running engine's did (README, "Clusters bigger than the LSH bucket cap").
-    """
-    documents = store.count("sigs")
-    if documents >= REBUILD_COMPILED_DOCS:
-        jit.enable()  # even in a process held pure (a small input over a state whose warm start failed)
-    lsh.reserve(documents)
-    skipped: dict[bytes, np.ndarray] | None = None
-    if store.get_many("meta", [SKIPPED_BANDS_KEPT])[0] is not None:
-        skipped = skipped_bands_of(store, lsh.tables.bands)
-    chunk: list[tuple[bytes, bytes]] = []
-    for item in store.items("sigs"):
-        chunk.append(item)
-        if len(chunk) == 4096:
-            _index_chunk(store, lsh, chunk, skipped)
-            chunk = []
-    _index_chunk(store, lsh, chunk, skipped)
-
-
-def _index_chunk(
-    store: KVStore, lsh: LshIndex, chunk: list[tuple[bytes, bytes]], skipped: dict[bytes, np.ndarray] | None
-) -> None:
-    if not chunk:
-        return
-    records = store.get_many("docs", [k for k, _ in chunk])
-    indexed = [(k, v) for (k, v), r in zip(chunk, records, strict=True) if r and DocRecord.indexed_of(r)]
-    if not indexed:
-        return
-    sigs = np.frombuffer(b"".join(v for _, v in indexed), dtype="<u4").reshape(len(indexed), -1)
-    ids = [key.decode("utf-8") for key, _ in indexed]
-    if skipped is None:
-        lsh.add_all(ids, lsh.hashes(sigs))
-        return
-    masks = np.zeros((len(indexed), lsh.tables.bands), dtype=np.uint8)
-    for row, (key, _) in enumerate(indexed):
-        mask = skipped.get(key)
-        if mask is not None:
-            masks[row] = mask
-    lsh.add_all_masked(ids, lsh.hashes(sigs), masks)

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterator, Sequence
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress
 from typing import Any
@@ -40,6 +41,9 @@ from stream_dedupe.storage.state import StateView, dumps
 _NON_WORD = re.compile(r"[\W_]+")
 NAMESPACE = "boilerplate"
 _SCAN_CHUNK = 1 << 16  # keys given to the filter at a time when a state is opened
+#: The :attr:`BoilerplateLearner.learned_by_source` entry of learned lines stored without their
+#: source (not written by this version): they count in every source's :meth:`~BoilerplateLearner.epoch`.
+_ANY_SOURCE = "\0any"
 
 
 @dataclass(frozen=True)
@@ -96,16 +100,22 @@ class BoilerplateLearner:
     """
 
     def __init__(
-        self, config: BoilerplateConfig, state: StateView, warm: tuple[set[bytes], KeyFilter] | None = None
+        self,
+        config: BoilerplateConfig,
+        state: StateView,
+        warm: tuple[set[bytes], KeyFilter, Mapping[str, int]] | None = None,
     ) -> None:
         self.config = config
         self.state = state
         self.learned: set[bytes] = set()
+        #: How many of the learned lines belong to each source (see :meth:`epoch`).
+        self.learned_by_source: Counter[str] = Counter()
         self.stripped_lines = 0
         #: Ids of documents that carried a line when it was learned: to be signed again.
         self.pending: set[str] = set()
         if warm is not None:
-            self.learned, self.known = warm
+            self.learned, self.known, by_source = warm
+            self.learned_by_source = Counter(by_source)
             return
         #: Every key of the namespace, given to it before it can be written (:meth:`prefetch_counts`).
         self.known = KeyFilter(state.store.count(NAMESPACE))
@@ -115,9 +125,22 @@ class BoilerplateLearner:
             if len(stored) == _SCAN_CHUNK:
                 self._remember(stored)
                 stored = []
-            if orjson.loads(raw)[0] >= config.min_docs:
+            value = orjson.loads(raw)
+            if value[0] >= config.min_docs:
                 self.learned.add(key)
+                source = value[1] if len(value) == 3 and isinstance(value[1], str) else _ANY_SOURCE
+                self.learned_by_source[source] += 1
         self._remember(stored)
+
+    def epoch(self, source: str | None) -> int:
+        """Lines learned so far for ``source`` (documents without one share a pool).
+
+        A line's key includes its source, so what a text of ``source`` strips to changes only
+        when this number does; it never goes down (a count only grows). Stored with each record
+        to recognize unchanged re-crawls (:mod:`~stream_dedupe.core.recrawl`).
+        """
+        by_source = self.learned_by_source
+        return by_source[source or ""] + by_source[_ANY_SOURCE]
 
     def _remember(self, keys: Sequence[bytes]) -> None:
         if all(len(key) == 8 for key in keys):
@@ -126,11 +149,16 @@ class BoilerplateLearner:
             self.known.saturate()
 
     def to_arrays(self) -> dict[str, np.ndarray] | None:
-        """The learned keys and the key filter as arrays (None if a learned key is not 8 bytes)."""
+        """The learned keys, their count per source and the key filter as arrays (None: a key is not 8 bytes)."""
         learned = b"".join(self.learned)
         if len(learned) != 8 * len(self.learned):
             return None
-        return {"learned": np.frombuffer(learned, dtype="<u8"), **self.known.to_arrays()}
+        by_source = np.array(orjson.dumps(dict(self.learned_by_source)).decode())
+        return {
+            "learned": np.frombuffer(learned, dtype="<u8"),
+            "learned_by_source": by_source,
+            **self.known.to_arrays(),
+        }
 
     def prefetch_counts(self, keys: Sequence[bytes]) -> None:
         """Read the counts of a batch's line keys with one multi-get, skipping keys never counted.
@@ -207,6 +235,7 @@ class BoilerplateLearner:
             carriers: list[str] = list(value[1]) if len(value) == 2 else []
             if count >= min_docs:
                 self.learned.add(key)
+                self.learned_by_source[source] += 1
                 self.pending.update(carriers)
                 self.pending.add(doc_id)
                 line = text[lines.ends[j - 1] if j else 0 : lines.ends[j]]

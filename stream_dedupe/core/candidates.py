@@ -50,7 +50,7 @@ def near_matches(
     candidates, full = lsh.add(doc_id, item.band_hashes)
     counters["hot_bucket_skips"] += full
     candidates.discard(doc_id)
-    if full:  # kept, so that a rebuild from the state joins the same buckets (batch.rebuild_index)
+    if full:  # kept, so that a rebuild from the state joins the same buckets (rebuild.rebuild_index)
         state.put_skipped_bands(doc_id, lsh.skipped_bands())
     if full and hidden is not None:
         candidates |= hidden.covering(doc_id, item.band_hashes, candidates)

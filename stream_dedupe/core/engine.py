@@ -7,6 +7,7 @@ Kafka worker) decides when to publish the events and commit the state.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -16,7 +17,7 @@ import numpy as np
 from stream_dedupe.config import DedupeParams, RuntimeLimits
 from stream_dedupe.core import events as ev
 from stream_dedupe.core import warmstart
-from stream_dedupe.core.batch import BatchPreparer, Prepared, rebuild_index
+from stream_dedupe.core.batch import BatchPreparer, Prepared
 from stream_dedupe.core.boilerplate import BoilerplateLearner, TextLines
 from stream_dedupe.core.candidates import near_matches
 from stream_dedupe.core.canonical import CanonicalKey
@@ -27,6 +28,7 @@ from stream_dedupe.core.fastpath import classify, decide_new
 from stream_dedupe.core.hidden_pairs import HiddenPairs
 from stream_dedupe.core.layout import resolve
 from stream_dedupe.core.lshindex import LshIndex
+from stream_dedupe.core.rebuild import rebuild_index
 from stream_dedupe.core.records import Deletion, Document, Invalid, Record, parse_document
 from stream_dedupe.core.sharding.gather import ShardedStore
 from stream_dedupe.core.signer import Signed, Signer
@@ -270,6 +272,9 @@ class DedupeEngine:
         self.counters["documents"] += 1
         if prior is not None and prior.content_hash == item.content_hash:
             self.counters["unchanged"] += 1
+            if item.fingerprint is not None and (prior.fingerprint, prior.epoch) != (item.fingerprint, item.epoch):
+                # read in full, and its text gives the stored key: the next re-crawl need not read it
+                state.put_doc(doc.doc_id, dataclasses.replace(prior, fingerprint=item.fingerprint, epoch=item.epoch))
             return [
                 ev.document_event(
                     "unchanged", doc.doc_id, self.uf.cluster_of(doc.doc_id), representative=prior.covered_by
@@ -303,6 +308,8 @@ class DedupeEngine:
                 indexed,
                 doc.source,
                 title_key=item.title_key,
+                fingerprint=item.fingerprint,
+                epoch=item.epoch,
             ),
         )
         if item.signature is not None:

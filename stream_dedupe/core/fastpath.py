@@ -95,7 +95,17 @@ def decide_new(items: Sequence[Prepared], state: StateView, lsh: LshIndex, count
         ids,
         [p.doc.raw for p in items],
         [
-            encode(p.content_hash, p.length, p.doc.updated_at_us, p.tokens, True, p.doc.source, p.title_key)
+            encode(
+                p.content_hash,
+                p.length,
+                p.doc.updated_at_us,
+                p.tokens,
+                True,
+                p.doc.source,
+                p.title_key,
+                p.fingerprint,
+                p.epoch,
+            )
             for p in items
         ],
         stack_rows([p.signature for p in items]),  # type: ignore[misc]

@@ -1,7 +1,7 @@
 """Warm start: the engine's in-memory indexes, saved when a run ends, instead of rebuilt at the next open.
 
 Opening a state rebuilds what the engine holds in memory from everything stored: the LSH band
-tables from every signature (:func:`~stream_dedupe.core.batch.rebuild_index`), and learned
+tables from every signature (:func:`~stream_dedupe.core.rebuild.rebuild_index`), and learned
 boilerplate's learned lines and key filter from every line count. That is a scan of the state:
 2-6 s for 150,000 documents, before the first new document is read (BENCHMARKS.md, "Reopening
 a state"). The command line saves these structures as arrays when a run ends
@@ -27,7 +27,7 @@ from stream_dedupe.core.keyfilter import KeyFilter
 from stream_dedupe.core.lshindex import LshIndex
 
 #: Version of the arrays' layout; another version is not loaded (the state is scanned instead).
-WARM_FORMAT = 1
+WARM_FORMAT = 2  # 2: the learned lines' count per source
 _LSH = "lsh."
 _BOILERPLATE = "boilerplate."
 
@@ -38,12 +38,13 @@ class WarmStart:
 
     Attributes:
         lsh: The band tables and their ids.
-        boilerplate: The learned keys and the key filter (None when learning is off).
+        boilerplate: The learned keys, the key filter and the learned lines' count per source
+            (None when learning is off).
 
     """
 
     lsh: LshIndex
-    boilerplate: tuple[set[bytes], KeyFilter] | None
+    boilerplate: tuple[set[bytes], KeyFilter, Mapping[str, int]] | None
 
 
 def warm_key(params: DedupeParams, limits: RuntimeLimits) -> str:
@@ -81,7 +82,10 @@ def restore(arrays: Mapping[str, np.ndarray], params: DedupeParams, limits: Runt
         if params.boilerplate.learn:
             part = {name[len(_BOILERPLATE) :]: value for name, value in arrays.items() if name.startswith(_BOILERPLATE)}
             learned = set(np.ascontiguousarray(part["learned"], dtype="<u8").view("V8").tolist())
-            learner = (learned, KeyFilter.from_arrays(part))
-    except (KeyError, ValueError, TypeError, IndexError):
+            by_source = orjson.loads(str(part["learned_by_source"]))
+            if not isinstance(by_source, dict) or sum(by_source.values()) != len(learned):
+                return None
+            learner = (learned, KeyFilter.from_arrays(part), by_source)
+    except (KeyError, ValueError, TypeError, IndexError, orjson.JSONDecodeError):
         return None
     return WarmStart(lsh, learner)

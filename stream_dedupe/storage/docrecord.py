@@ -37,6 +37,12 @@ class DocRecord:
         covered_similarity: Verified similarity to ``covered_by`` (None for a representative).
         title_key: 8 bytes (hex) identifying the normalized title, or None (no title, or the
             title guard is off): documents with different titles are never near-duplicates.
+        fingerprint: 8 bytes identifying the text, title and source this record's
+            ``content_hash`` was derived from (:func:`~stream_dedupe.core.recrawl.text_fingerprint`),
+            or None (a record written before version 4).
+        epoch: How many boilerplate lines were learned when that text was stripped: with the
+            fingerprint, what lets an unchanged re-crawl be recognized without reading its text
+            again (:mod:`~stream_dedupe.core.recrawl`).
 
     """
 
@@ -49,6 +55,8 @@ class DocRecord:
     covered_by: str | None = None
     covered_similarity: float | None = None
     title_key: str | None = None
+    fingerprint: bytes | None = None
+    epoch: int = 0
 
     @property
     def representative(self) -> bool:
@@ -67,13 +75,24 @@ class DocRecord:
             covered_by,
             covered_similarity,
             self.title_key,
+            self.fingerprint,
+            self.epoch,
         )
 
     def encode(self) -> bytes:
-        """Versioned JSON encoding (version 2 added ``source``, version 3 the cover fields)."""
-        fields: list[Any] = [3, self.content_hash.hex(), self.length, self.updated_at_us, self.tokens, self.indexed]
-        fields += [self.source, self.title_key]
-        if self.covered_by is not None:
+        """Versioned JSON encoding.
+
+        Version 2 added ``source``, version 3 ``title_key`` and the cover fields (present only
+        when covered), version 4 the fingerprint and epoch after the cover fields, which it
+        always writes (null for a representative): an older release reads a version 4 record
+        as the version 3 record it contains. A record without a fingerprint is version 3.
+        """
+        version = 3 if self.fingerprint is None else 4
+        fields: list[Any] = [version, self.content_hash.hex(), self.length, self.updated_at_us, self.tokens]
+        fields += [self.indexed, self.source, self.title_key]
+        if self.fingerprint is not None:
+            fields += [self.covered_by, self.covered_similarity, self.fingerprint.hex(), self.epoch]
+        elif self.covered_by is not None:
             fields += [self.covered_by, self.covered_similarity]
         return dumps(fields)
 
@@ -86,9 +105,14 @@ class DocRecord:
         indexed: bool,
         source: str | None,
         title_key: str | None,
+        fingerprint: bytes | None = None,
+        epoch: int = 0,
     ) -> bytes:
         """:meth:`encode` of a representative's record, without building the record first."""
-        return dumps([3, content_hash.hex(), length, updated_at_us, tokens, indexed, source, title_key])
+        if fingerprint is None:
+            return dumps([3, content_hash.hex(), length, updated_at_us, tokens, indexed, source, title_key])
+        fields = [4, content_hash.hex(), length, updated_at_us, tokens, indexed, source, title_key, None, None]
+        return dumps([*fields, fingerprint.hex(), epoch])
 
     @staticmethod
     def covered_by_of(raw: bytes) -> str | None:
@@ -102,10 +126,12 @@ class DocRecord:
 
     @classmethod
     def decode(cls, raw: bytes) -> DocRecord:
-        """Inverse of :meth:`encode` (reads version 1 and 2 records too)."""
+        """Inverse of :meth:`encode` (reads the records of versions 1 to 3 too)."""
         fields = orjson.loads(raw)
-        source = fields[6] if fields[0] >= 2 else None
-        title_key = fields[7] if fields[0] >= 3 else None
+        version = fields[0]
+        source = fields[6] if version >= 2 else None
+        title_key = fields[7] if version >= 3 else None
+        fingerprint, epoch = (bytes.fromhex(fields[10]), fields[11]) if version >= 4 else (None, 0)
         covered_by, similarity = _cover(fields)
         return cls(
             content_hash=bytes.fromhex(fields[1]),
@@ -117,9 +143,11 @@ class DocRecord:
             covered_by=covered_by,
             covered_similarity=similarity,
             title_key=title_key,
+            fingerprint=fingerprint,
+            epoch=epoch,
         )
 
 
 def _cover(fields: list[Any]) -> tuple[str | None, float | None]:
-    """``(covered_by, covered_similarity)`` of decoded record fields (version 3 adds them when covered)."""
+    """``(covered_by, covered_similarity)`` of decoded record fields (version 3 adds them when covered, 4 always)."""
     return (fields[8], fields[9]) if len(fields) > 9 else (None, None)

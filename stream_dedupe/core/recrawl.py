@@ -1,0 +1,86 @@
+"""Recognizing an unchanged re-crawl without reading its text again.
+
+A crawler sends the same pages again and again, most of them unchanged. Deciding that a page is
+``unchanged`` means computing its identity key (the hash of its normalized text once the learned
+boilerplate lines are stripped, with its title under the title guard) and finding the stored
+record's key equal: the line pass over the whole text, normalization and hashing, about two
+thirds of what an unchanged re-crawl cost (BENCHMARKS.md, "Re-crawls and deletions").
+
+Every record written since version 4 also keeps a *fingerprint* of the text, title and source it
+was derived from (:func:`text_fingerprint`) and the *epoch* of the learned lines it was stripped
+with: how many lines had been learned for its source then (a line's key includes its source, so
+no other source's lines can strip it). Learned lines are never forgotten (a line's count only
+grows), so two equal epochs of one source mean the same learned lines, and a text with the same
+fingerprint stripped with the same lines has the same identity key. So a re-crawl whose
+fingerprint and epoch (at its turn in the batch) equal its record's is decided ``unchanged``
+from the record alone (:func:`recognized`), exactly as the full path would decide it.
+
+The invariant that makes it exact: a record's ``content_hash``, ``fingerprint`` and ``epoch``
+are always written together, from one text (the engine's ``_decide``, the batch fast path, a
+carrier signed again, and an ``unchanged`` decision that refreshes the two fields when it read
+the text anyway). A record of an older version has no fingerprint and takes the full path, once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Sequence
+
+import mmh3
+
+from stream_dedupe.core.records import Document
+from stream_dedupe.storage.state import DocRecord, StateView
+
+
+def _field(value: str | None) -> str:
+    """A length-prefixed field (``-`` for None), so that no two (title, source) pairs read alike."""
+    return "-" if value is None else f"{len(value)}:{value}"
+
+
+def text_fingerprint(doc: Document) -> bytes:
+    """8 bytes of MurmurHash3 over what a document's identity key is derived from: text, title, source.
+
+    ``updated_at`` and the other fields of the JSON are not part of it (they change no identity
+    key). A changed page that collides with its own previous fingerprint would be decided
+    ``unchanged``: odds of 2^-64 a re-crawl.
+    """
+    text = mmh3.hash_bytes(doc.text.encode("utf-8", "surrogatepass"))
+    head = f"{_field(doc.source)}{_field(doc.title)}".encode("utf-8", "surrogatepass")
+    return mmh3.hash_bytes(head + text)[:8]
+
+
+def recognized(
+    state: StateView,
+    docs: Sequence[Document],
+    fingerprints: Sequence[bytes],
+    epochs: Sequence[int],
+    removed: Collection[str],
+) -> list[DocRecord | None]:
+    """Per document: its record when it is an unchanged re-crawl that needs no text read, else None.
+
+    A document whose id another record of the batch names (a second version, a deletion) is not
+    recognized: its record may change before its turn.
+
+    Args:
+        state: The state view (the documents' records prefetched).
+        docs: The batch's documents.
+        fingerprints: Their :func:`text_fingerprint`.
+        epochs: Lines learned for each document's source at the start of the batch (0 without
+            learning). A line learned in the batch before a document's turn changes what its
+            text strips to: the caller checks the epoch again at its turn.
+        removed: Ids the batch's deletions take out.
+
+    """
+    counts = Counter(d.doc_id for d in docs)
+    out: list[DocRecord | None] = []
+    for doc, fingerprint, epoch in zip(docs, fingerprints, epochs, strict=True):
+        prior = state.doc(doc.doc_id)
+        same = (
+            prior is not None
+            and prior.fingerprint == fingerprint
+            and prior.epoch == epoch
+            and counts[doc.doc_id] == 1
+            and doc.doc_id not in removed
+        )
+        out.append(prior if same else None)
+    return out
