@@ -44,7 +44,7 @@ from stream_dedupe.core.events import Event
 from stream_dedupe.core.layout import resolve
 from stream_dedupe.core.records import Deletion, Document, Record, parse_document
 from stream_dedupe.errors import ConfigError, StateError
-from stream_dedupe.explain import PairReport, explain_pair, load_pair
+from stream_dedupe.explain import PairReport, explain_pair, load_pair, stored_relation
 from stream_dedupe.exports import iter_canonical_documents, iter_clusters
 from stream_dedupe.storage.base import KVStore
 from stream_dedupe.storage.memory import MemoryStore
@@ -370,8 +370,9 @@ class Deduper:
 
     def explain(self, a: str, b: str) -> PairReport:
         """The evidence for two documents of the state (``stream-dedupe explain --state``)."""
-        text_a, text_b = load_pair(self.store, a, b)
-        return explain_pair(self.params, text_a, text_b, (a, b))
+        doc_a, doc_b = load_pair(self.store, a, b)
+        relation = stored_relation(self.store, a, b)
+        return explain_pair(self.params, doc_a, doc_b, (a, b), self._engine.boilerplate, relation)
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:

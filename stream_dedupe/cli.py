@@ -310,22 +310,29 @@ def explain(
     ] = None,
     show: Annotated[int, typer.Option(help="How many shared shingles to print.")] = 10,
 ) -> None:
-    """Show why two documents are (or are not) duplicates: Jaccard, shared shingles, bands."""
+    """Show why two documents are (or are not) duplicates: the engine's rule, Jaccard, shared shingles, bands.
+
+    With --state the texts are stripped of the state's learned boilerplate first, the title guard,
+    min_tokens and the sources' thresholds apply as in the run, and the report says what the run
+    recorded for the pair. Files are judged with the default parameters and the given flags; a
+    JSON file's "title" and "source" are read as a document's.
+    """
     from stream_dedupe.consoles import stdout_console
-    from stream_dedupe.explain import explain_pair, load_pair, render
+    from stream_dedupe.explain import explain_pair, learned_lines, load_pair, render, stored_relation
 
     if state is not None:
         store, params = open_existing(state)
         try:
-            texts = load_pair(store, a, b)
+            docs = load_pair(store, a, b)
+            report = explain_pair(params, *docs, (a, b), learned_lines(params, store), stored_relation(store, a, b))
         finally:
             store.close()
     else:
         params = resolve_params(
             None, {"shingle": ShingleSpec.parse(shingle) if shingle else None, "threshold": threshold}
         )
-        texts = load_pair(None, a, b)
-    render(stdout_console(), explain_pair(params, texts[0], texts[1], (a, b)), show)
+        report = explain_pair(params, *load_pair(None, a, b), (a, b))
+    render(stdout_console(), report, show)
 
 
 app.command()(expire)
