@@ -9,6 +9,7 @@ import dataclasses
 import gc
 import os
 import sys
+from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated, Any
@@ -31,18 +32,19 @@ from stream_dedupe.config import DedupeParams, NormalizationConfig, RuntimeLimit
 from stream_dedupe.consoles import stderr_console
 from stream_dedupe.errors import ConfigError, StreamDedupeError
 from stream_dedupe.options import (
-    LearnOpt,
-    LshMarginOpt,
-    MinDocsOpt,
-    MinLineTokensOpt,
-    NumPermOpt,
-    ShingleOpt,
-    SourceThresholdOpt,
-    ThresholdOpt,
-    TitleGuardOpt,
+    StateLearnOpt,
+    StateLshMarginOpt,
+    StateMinDocsOpt,
+    StateMinLineTokensOpt,
+    StateNumPermOpt,
+    StateShingleOpt,
+    StateSourceThresholdOpt,
+    StateThresholdOpt,
+    StateTitleGuardOpt,
     boilerplate_config,
     default_help,
     source_thresholds,
+    state_help,
 )
 
 app = typer.Typer(
@@ -93,6 +95,38 @@ def _normalization(strip: list[str] | None, header: list[str] | None, footer: li
     return NormalizationConfig(tuple(strip or ()), tuple(header or ()), tuple(footer or ()))
 
 
+def _invalid_summary(counters: Counter[str], first: dict[str, Any] | None, events: str | None) -> str:
+    """How many records were invalid, for which reasons, and where the first one is."""
+    reasons = sorted(
+        ((k.split(":", 1)[1], n) for k, n in counters.items() if k.startswith("invalid:")), key=lambda r: -r[1]
+    )
+    text = f"{counters['invalid']:,} invalid record(s)"
+    if reasons:
+        text += " (" + ", ".join(f"{reason} {n:,}" for reason, n in reasons) + ")"
+    if first is not None:
+        where = f"{first.get('source')}:{first.get('line')}" if first.get("line") is not None else "?"
+        text += f"; the first at {where}: {first.get('detail')}"
+    where_all = f"every one is an `invalid` event in {events}" if events else "pass --events FILE to list them all"
+    return f"{text}; {where_all}."
+
+
+def _unfinished_message(events: Path, unfinished: dict[str, Any], inputs: list[str]) -> str:
+    """Why a run refuses to overwrite the events of an earlier run it cannot resume, and what to do."""
+    earlier = [str(i.get("path")) for i in unfinished.get("inputs", [])]
+    where = f"line {unfinished.get('line', 0):,} of {earlier[int(unfinished.get('file', 0))] if earlier else '?'}"
+    why = (
+        "standard input cannot be read again"
+        if "-" in earlier or "-" in inputs
+        else f"this run's inputs are not that run's ({', '.join(earlier)})"
+    )
+    return (
+        f"{events} holds the events of an earlier run into this state that did not finish (it committed up to "
+        f"{where}); this run cannot resume it ({why}) and would overwrite them. Move {events} away or pass "
+        "another --events (the state keeps every batch that run committed: its documents are `unchanged` now), "
+        "or run that run's command again to resume it"
+    )
+
+
 def _directory_bytes(path: Path) -> int:
     """Bytes of the files directly in ``path`` (a RocksDB directory has no subdirectories), 0 if missing."""
     try:
@@ -115,45 +149,50 @@ def dedupe(
     state: StateOpt,
     events: Annotated[str | None, typer.Option(help=EVENTS_HELP)] = None,
     deduped: Annotated[
-        str | None, typer.Option(help=default_help("Write the canonical documents as JSONL to this file.", "none"))
+        str | None,
+        typer.Option(
+            help=default_help(
+                "Write the deduped set as JSONL to this file: the original JSON of every representative (each "
+                "cluster's canonical, and any member that no representative covers).",
+                "none",
+            )
+        ),
     ] = None,
     deletions: Annotated[
         list[str] | None,
         typer.Option(help=default_help("File of ids to delete, one per line, after the inputs (repeatable).", "none")),
     ] = None,
-    threshold: ThresholdOpt = None,
-    num_perm: NumPermOpt = None,
-    seed: Annotated[int | None, typer.Option(help=default_help("MinHash seed.", _D.seed))] = None,
-    shingle: ShingleOpt = None,
+    threshold: StateThresholdOpt = None,
+    num_perm: StateNumPermOpt = None,
+    seed: Annotated[int | None, typer.Option(help=state_help("MinHash seed.", _D.seed))] = None,
+    shingle: StateShingleOpt = None,
     min_tokens: Annotated[
-        int | None, typer.Option(help=default_help("Shorter documents: exact match only.", _D.min_tokens))
+        int | None, typer.Option(help=state_help("Shorter documents: exact match only.", _D.min_tokens))
     ] = None,
-    lsh_margin: LshMarginOpt = None,
+    lsh_margin: StateLshMarginOpt = None,
     estimate_margin: Annotated[
         float | None,
-        typer.Option(help=default_help("--verify estimate: required above the threshold.", _D.estimate_margin)),
+        typer.Option(help=state_help("--verify estimate: required above the threshold.", _D.estimate_margin)),
     ] = None,
     bands: Annotated[
-        int | None, typer.Option(help=default_help("LSH bands (with --rows).", "chosen from the LSH threshold"))
+        int | None, typer.Option(help=state_help("LSH bands (with --rows).", "chosen from the LSH threshold"))
     ] = None,
-    rows: Annotated[int | None, typer.Option(help=default_help("Rows per LSH band (with --bands).", "chosen"))] = None,
-    verify: Annotated[
-        str | None, typer.Option(help=default_help("Verification: estimate or exact.", _D.verify))
-    ] = None,
+    rows: Annotated[int | None, typer.Option(help=state_help("Rows per LSH band (with --bands).", "chosen"))] = None,
+    verify: Annotated[str | None, typer.Option(help=state_help("Verification: estimate or exact.", _D.verify))] = None,
     strip_pattern: Annotated[
-        list[str] | None, typer.Option(help=default_help("Regex removed from texts (repeatable).", "none"))
+        list[str] | None, typer.Option(help=state_help("Regex removed from texts (repeatable).", "none"))
     ] = None,
     header_pattern: Annotated[
-        list[str] | None, typer.Option(help=default_help("Leading lines matching are dropped.", "none"))
+        list[str] | None, typer.Option(help=state_help("Leading lines matching are dropped.", "none"))
     ] = None,
     footer_pattern: Annotated[
-        list[str] | None, typer.Option(help=default_help("Trailing lines matching are dropped.", "none"))
+        list[str] | None, typer.Option(help=state_help("Trailing lines matching are dropped.", "none"))
     ] = None,
-    source_threshold: SourceThresholdOpt = None,
-    title_guard: TitleGuardOpt = None,
-    learn_boilerplate: LearnOpt = None,
-    boilerplate_min_docs: MinDocsOpt = None,
-    boilerplate_min_tokens: MinLineTokensOpt = None,
+    source_threshold: StateSourceThresholdOpt = None,
+    title_guard: StateTitleGuardOpt = None,
+    learn_boilerplate: StateLearnOpt = None,
+    boilerplate_min_docs: StateMinDocsOpt = None,
+    boilerplate_min_tokens: StateMinLineTokensOpt = None,
     max_doc_bytes: Annotated[int, typer.Option(help="Larger records are invalid (too-large).")] = 1 << 20,
     max_bucket_size: Annotated[
         int,
@@ -224,7 +263,7 @@ def dedupe(
     from stream_dedupe import warm_file
     from stream_dedupe.core import jit
     from stream_dedupe.core.engine import DedupeEngine, stored_params
-    from stream_dedupe.embedded import can_redo, resume_point, rewind_events, run
+    from stream_dedupe.embedded import can_redo, resume_point, rewind_events, run, unfinished_run
     from stream_dedupe.exports import iter_canonical_documents, summarize
     from stream_dedupe.reporting import ProgressReporter, print_summary, warm_kernels
     from stream_dedupe.sharded_state import open_state
@@ -255,6 +294,8 @@ def dedupe(
             warm_kernels(err, engine.params)
         resuming = resume_point(store, inputs, deletions or ()) is not None
         named = None if events in (None, "-") else Path(events)
+        if not resuming and named is not None and (unfinished := unfinished_run(store, named)):
+            raise ConfigError(_unfinished_message(named, unfinished, inputs))
         if resuming and named is not None and (cut := rewind_events(store, named)):
             err.out(f"{named}: cut {cut:,} bytes of events of batches the state does not hold; deciding them again")
         events_out = open_out(stack, events, "ab" if resuming else "wb")
@@ -277,10 +318,13 @@ def dedupe(
         else:
             warm_file.discard(store)
         if result.interrupted:
-            err.print(
-                f"[yellow]interrupted[/] after {result.lines} lines; the state is consistent. "
+            again = (
                 "Run the same command again to resume."
+                if "-" not in inputs and "-" not in (deletions or ())
+                else "Standard input cannot be resumed: send the rest of the input (all of it will do: the "
+                "documents committed are `unchanged` now) with --events to another file."
             )
+            err.print(f"[yellow]interrupted[/] after {result.lines} lines; the state is consistent. {again}")
             raise typer.Exit(130)
         if deduped:
             with open(deduped, "wb") as out:
@@ -288,7 +332,7 @@ def dedupe(
                     out.write(raw + b"\n")
         print_summary(err, result, summarize(store), engine)
     if strict and result.counters["invalid"]:
-        err.print(f"[red]--strict[/]: {result.counters['invalid']} invalid record(s); see the invalid events.")
+        err.print(f"[red]--strict[/]: {_invalid_summary(result.counters, result.first_invalid, events)}")
         raise typer.Exit(1)
 
 

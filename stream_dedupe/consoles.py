@@ -86,11 +86,16 @@ def escape(markup: str) -> str:
     return markup
 
 
+#: Columns of a table written to a file or a pipe (rich's default there, 80, cut cells short).
+PIPE_WIDTH = 200
+
+
 def stdout_console() -> Console:
     """A rich console on stdout whose reader may go away (``| head``): the command then exits 0.
 
     rich's default exits 1 on a broken pipe; this one lets the command group handle it like
-    every other write to a closed stdout.
+    every other write to a closed stdout. Written to a file or a pipe, tables are
+    :data:`PIPE_WIDTH` columns wide instead of 80, so that their cells are not cut.
     """
     from rich.console import Console
 
@@ -99,4 +104,7 @@ def stdout_console() -> Console:
             self.quiet = True
             raise BrokenPipeError(32, "the reader of stdout has gone")
 
-    return StdoutConsole()
+    console = StdoutConsole()
+    if not console.is_terminal:
+        console.width = PIPE_WIDTH
+    return console

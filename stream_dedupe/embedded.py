@@ -11,6 +11,7 @@ after a kill.
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections import Counter, deque
@@ -56,6 +57,8 @@ class RunResult:
         seconds: Wall time of this invocation.
         interrupted: True when a signal stopped the run before the end of the input.
         resumed_from: Lines skipped because an earlier interrupted run had committed them.
+        first_invalid: The first ``invalid`` event of this invocation (its reason, detail and
+            where it came from), or None.
 
     """
 
@@ -64,6 +67,7 @@ class RunResult:
     seconds: float = 0.0
     interrupted: bool = False
     resumed_from: int = 0
+    first_invalid: Event | None = None
 
 
 class _StopFlag:
@@ -118,6 +122,20 @@ def rewind_events(store: KVStore, events: Path) -> int:
     with open(events, "r+b") as out:
         out.truncate(keep)
     return size - keep
+
+
+def unfinished_run(store: KVStore, events: Path) -> dict[str, Any] | None:
+    """The checkpoint of an earlier run that did not finish and whose events are in ``events``, or None.
+
+    Such a file holds decisions the state will not give again (its documents are known now:
+    deciding them again says ``unchanged``), so a run that cannot resume that one must not
+    overwrite it. None when the file is missing or empty, or names another run.
+    """
+    previous = StateView(store).get_json(_RUN_KEY)
+    mark = previous.get("events") if previous else None
+    if not mark or mark.get("path") != str(events.resolve()) or not events.is_file() or events.stat().st_size == 0:
+        return None
+    return dict(previous)
 
 
 def _identities(paths: list[str], deletion_paths: Sequence[str]) -> list[dict[str, Any]]:
@@ -187,10 +205,13 @@ def run(
         result.counters.update(StateView(engine.store).get_json(_RUN_KEY).get("counters", {}))
         result.resumed_from = start_line
     started = time.perf_counter()
+    # progress counts the bytes of every input file (compressed ones as stored), not of deletions
+    sizes = [os.path.getsize(path) if path != "-" else 0 for path in paths]
     with _graceful_signals() as flag:
         for file_index in range(start_file, len(sources)):
             skip = start_line if file_index == start_file else 0
             path, deletions = sources[file_index]
+            before = sum(sizes[:file_index])
             lines = read_lines(path, skip)
             if pool is not None and not deletions:
                 batches = _prepared_elsewhere(engine, pool, lines, batch_size, max_doc_bytes)
@@ -205,17 +226,23 @@ def run(
                     result.counters[event["event"]] += 1
                     if event.get("exact"):
                         result.counters["exact-duplicate"] += 1
+                    if event["event"] == "invalid":
+                        result.counters[f"invalid:{event['reason']}"] += 1
+                        if result.first_invalid is None:
+                            result.first_invalid = event
                 consumed = batch[-1].line
                 result.lines += len(batch)
                 mark = _events_mark(events_out, events_file)
-                checkpoint = _checkpoint(inputs, file_index, consumed, result.counters, mark) if resumable else None
-                engine.commit({_RUN_KEY: checkpoint})
+                # standard input cannot be read again: its checkpoint only says that a run is unfinished
+                engine.commit({_RUN_KEY: _checkpoint(inputs, file_index, consumed, result.counters, mark)})
                 if progress:
-                    progress(len(batch), batch[-1].position, result.counters)
+                    progress(len(batch), before + (0 if deletions else batch[-1].position), result.counters)
                 if flag.stop:
                     result.interrupted = True
                     result.seconds = time.perf_counter() - started
                     return result
+            if progress and not deletions and path != "-":
+                progress(0, before + sizes[file_index], result.counters)  # a gzip file's last lines too
             if resumable:
                 mark = _events_mark(events_out, events_file)
                 engine.commit({_RUN_KEY: _checkpoint(inputs, file_index + 1, 0, result.counters, mark)})

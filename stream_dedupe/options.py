@@ -8,7 +8,8 @@ taken from :class:`~stream_dedupe.config.DedupeParams`, escaped so that rich doe
 
 from __future__ import annotations
 
-from typing import Annotated
+import copy
+from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 import typer
 
@@ -22,6 +23,18 @@ DEFAULTS = DedupeParams()
 def default_help(text: str, default: object) -> str:
     """``text [default: default]``, with the brackets escaped for rich markup."""
     return escape(f"{text} [default: {default}]")
+
+
+def state_help(text: str, default: object) -> str:
+    """:func:`default_help` of a parameter a state keeps: an existing state's value, else ``default``."""
+    return default_help(text, f"the state's, else {default}")
+
+
+def for_state(option: Any) -> Any:
+    """An option type of this module for a command over a state: its default is the state's, else the usual one."""
+    info = copy.copy(option.__metadata__[0])
+    info.help = info.help.replace("[default: ", "[default: the state's, else ", 1)
+    return Annotated[get_args(option)[0], info]
 
 
 ThresholdOpt = Annotated[float | None, typer.Option(help=default_help("Jaccard threshold.", DEFAULTS.threshold))]
@@ -98,3 +111,26 @@ def source_thresholds(values: list[str] | None) -> tuple[tuple[str, float], ...]
             raise ConfigError(f"--source-threshold takes SOURCE=THRESHOLD, e.g. release-notes=0.95; got {value!r}")
         pairs.append((name, threshold))
     return tuple(sorted(pairs))
+
+
+# The same options for a command over a state (``dedupe``): their default is the state's value.
+if TYPE_CHECKING:  # the same types; at run time only their help differs
+    StateThresholdOpt = ThresholdOpt
+    StateNumPermOpt = NumPermOpt
+    StateShingleOpt = ShingleOpt
+    StateLshMarginOpt = LshMarginOpt
+    StateSourceThresholdOpt = SourceThresholdOpt
+    StateTitleGuardOpt = TitleGuardOpt
+    StateLearnOpt = LearnOpt
+    StateMinDocsOpt = MinDocsOpt
+    StateMinLineTokensOpt = MinLineTokensOpt
+else:
+    StateThresholdOpt = for_state(ThresholdOpt)
+    StateNumPermOpt = for_state(NumPermOpt)
+    StateShingleOpt = for_state(ShingleOpt)
+    StateLshMarginOpt = for_state(LshMarginOpt)
+    StateSourceThresholdOpt = for_state(SourceThresholdOpt)
+    StateTitleGuardOpt = for_state(TitleGuardOpt)
+    StateLearnOpt = for_state(LearnOpt)
+    StateMinDocsOpt = for_state(MinDocsOpt)
+    StateMinLineTokensOpt = for_state(MinLineTokensOpt)

@@ -126,6 +126,14 @@ def test_bad_input_yields_invalid_events_and_strict_fails(tmp_path: Path) -> Non
     assert evs[-1]["event"] == "duplicate-of" and evs[-1]["of"] == "a"
     strict = cli(*args, "--strict", check=False)
     assert strict.returncode == 1 and "invalid record" in strict.stderr
+    # without --events the command still says what was wrong and where
+    quiet = [
+        str(tmp_path / "s2") if a == str(tmp_path / "s") else a for a in args if a not in ("--events", str(events))
+    ]
+    strict = cli(*quiet, "--strict", check=False)
+    assert strict.returncode == 1
+    assert "6 invalid record(s) (not-json 2, " in strict.stderr and "missing-id 1" in strict.stderr
+    assert f"the first at {path}:2: record is not JSON" in strict.stderr and "pass --events FILE" in strict.stderr
 
 
 def test_parameter_mismatch_is_a_clear_error(tmp_path: Path) -> None:
@@ -193,6 +201,49 @@ def test_interrupt_and_resume_equals_clean_run(tmp_path: Path) -> None:
     assert _final_clusters(state) == _final_clusters(clean)
 
 
+def test_the_events_of_a_run_that_cannot_be_resumed_are_never_overwritten(tmp_path: Path) -> None:
+    """A run from standard input that stopped cannot be resumed: its decisions are only in its events file.
+
+    Running the command again would decide its documents ``unchanged`` and overwrite that file;
+    it is refused with what to do, and so is a run over other inputs. The file is left as it was.
+    """
+    source = shared_file(NEWSGROUPS)
+    state, events = tmp_path / "s", tmp_path / "ev.jsonl"
+    args = [*CLI, "dedupe", "-", "--state", str(state), "--events", str(events), "--batch-size", "64", "--no-progress"]
+    with open(source, "rb") as stdin:
+        proc = subprocess.Popen(args, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (not events.exists() or events.stat().st_size < 200_000):
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "Standard input cannot be resumed" in stderr
+    kept = events.read_bytes()
+    with open(source, "rb") as stdin:
+        again = subprocess.run(args, stdin=stdin, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 2 and "standard input cannot be read again" in again.stderr, again.stderr
+    assert "another --events" in again.stderr
+    other = tmp_path / "other.jsonl"
+    other.write_bytes(b'{"id": "zz", "text": "something new"}\n')
+    refused = cli("dedupe", str(other), "--state", str(state), "--events", str(events), check=False)
+    assert refused.returncode == 2 and "did not finish" in refused.stderr
+    assert events.read_bytes() == kept
+    # another events file: the run goes ahead, the committed documents are known
+    with open(source, "rb") as stdin:
+        rest = subprocess.run(
+            [*CLI, "dedupe", "-", "--state", str(state), "--events", str(tmp_path / "rest.jsonl"), "--no-progress"],
+            stdin=stdin,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    assert rest.returncode == 0, rest.stderr
+    decided = {e["id"] for e in doc_events(read_jsonl(events))}
+    again_events = doc_events(read_jsonl(tmp_path / "rest.jsonl"))
+    assert {e["id"] for e in again_events if e["event"] == "unchanged"} >= decided - {None}
+
+
 @pytest.mark.parametrize("flushed", [False, True], ids=["before-a-flush", "after-a-flush"])
 def test_kill_9_then_the_same_command_gives_a_clean_runs_events_and_clusters(tmp_path: Path, flushed: bool) -> None:
     # The run writes its state without RocksDB's log (it can redo what a kill loses): a kill
@@ -241,6 +292,7 @@ def test_explain_pair_from_state_and_from_files(tmp_path: Path) -> None:
     (tmp_path / "y.txt").write_text("something else entirely")
     out = cli("explain", str(tmp_path / "x.txt"), str(tmp_path / "y.txt")).stdout
     assert "not a duplicate" in out and "0.0000" in out
+    assert "not a duplicate (fewer than min_tokens (10) tokens: only exact copies pair)" in out  # whole cells in a pipe
     missing = cli("explain", "a", "zzz", "--state", str(tmp_path / "s"), check=False)
     assert missing.returncode == 2 and "not in the state" in missing.stderr
 

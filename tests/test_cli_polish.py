@@ -43,18 +43,18 @@ def _help(command: str) -> str:
 
 def test_dedupe_and_eval_help_show_their_defaults() -> None:
     dedupe = _help("dedupe")
-    for text in (
-        "Jaccard threshold. [default: 0.8]",
-        "MinHash permutations. [default: 128]",
-        "MinHash seed. [default: 1]",
-        "[default: word:3]",
-        "exact match only. [default: 10]",
-        "[default: 0.2]",
-        "[default: 0.01]",
-        "[default: exact]",
+    for text in (  # a state keeps its index parameters: an existing state's are the defaults
+        "Jaccard threshold. [default: the state's, else 0.8]",
+        "MinHash permutations. [default: the state's, else 128]",
+        "MinHash seed. [default: the state's, else 1]",
+        "[default: the state's, else word:3]",
+        "exact match only. [default: the state's, else 10]",
+        "[default: the state's, else 0.2]",
+        "[default: the state's, else 0.01]",
+        "[default: the state's, else exact]",
         "[default: 512]",
         "[default: 1048576]",
-        "[default: 100]",
+        "[default: the state's, else 100]",
     ):
         assert text in dedupe, text
     evaluate = _help("eval")
@@ -99,7 +99,15 @@ def test_a_closed_stdout_ends_every_command_with_exit_0(tmp_path: Path) -> None:
     cli("dedupe", str(corpus), "--state", str(state), "--no-progress")
     (tmp_path / "a.txt").write_text("one two three four")
     (tmp_path / "b.txt").write_text("one two three five")
+    titled = tmp_path / "titled.jsonl"
+    titled.write_bytes(
+        b"".join(
+            orjson.dumps({"id": f"d{i}", "text": f"note {i} on topic {i % 7}", "title": f"N{i}"}) + b"\n"
+            for i in range(40)
+        )
+    )
     commands = [
+        ["retrieval-eval", str(titled)],
         ["clusters", "--state", str(state), "--min-size", "1"],
         ["dedupe", str(corpus), "--state", str(tmp_path / "s2"), "--events", "-", "--no-progress"],
         ["expire", "--state", str(state), "--max-age", "=1d", "--dry-run"],

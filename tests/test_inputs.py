@@ -43,3 +43,40 @@ def test_identity_and_checks(tmp_path: Path) -> None:
     truncated.write_bytes(whole[: len(whole) // 2])
     with pytest.raises(ConfigError, match="complete"):
         list(read_lines(str(truncated)))
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_progress_reaches_the_whole_input_over_several_files(tmp_path: Path, compressed: bool) -> None:
+    """Positions add up over the input files (not per file), and reach the end of a gzip file's last lines."""
+    import orjson
+
+    from stream_dedupe.config import DedupeParams
+    from stream_dedupe.core.engine import DedupeEngine
+    from stream_dedupe.embedded import run
+    from stream_dedupe.inputs import total_bytes
+    from stream_dedupe.storage.memory import MemoryStore
+
+    paths = []
+    for part in range(2):
+        data = b"".join(
+            orjson.dumps({"id": f"{part}-{i}", "text": f"words of page {part} {i}"}) + b"\n" for i in range(700)
+        )
+        path = tmp_path / (f"p{part}.jsonl.gz" if compressed else f"p{part}.jsonl")
+        path.write_bytes(gzip.compress(data) if compressed else data)
+        paths.append(str(path))
+    deletions = tmp_path / "gone.txt"
+    deletions.write_text("0-1\n1-2\n")
+    positions: list[int] = []
+    run(
+        DedupeEngine(DedupeParams(), MemoryStore()),
+        paths,
+        None,
+        100,
+        1 << 20,
+        lambda lines, position, counters: positions.append(position),
+        [str(deletions)],
+    )
+    total = total_bytes(paths)
+    assert positions == sorted(positions) and positions[-1] == total
+    first = Path(paths[0]).stat().st_size  # after the first file's 7 batches: its size, not more
+    assert positions[5] <= positions[7] == first < positions[8] and len(positions) == 17

@@ -203,12 +203,14 @@ def retrieval_eval_command(
     events: Annotated[str | None, typer.Option(help="Read the dedup result from an events file.")] = None,
     threshold: ThresholdOpt = None,
     num_perm: NumPermOpt = None,
-    seed: Annotated[int | None, typer.Option(help="MinHash seed [default: 1].")] = None,
+    seed: Annotated[int | None, typer.Option(help=default_help("MinHash seed.", 1))] = None,
     shingle: ShingleOpt = None,
-    min_tokens: Annotated[int | None, typer.Option(help="Shorter documents: exact match only [default: 10].")] = None,
+    min_tokens: Annotated[
+        int | None, typer.Option(help=default_help("Shorter documents: exact match only.", 10))
+    ] = None,
     lsh_margin: LshMarginOpt = None,
-    estimate_margin: Annotated[float | None, typer.Option(help="--verify estimate margin [default: 0.01].")] = None,
-    verify: Annotated[str | None, typer.Option(help="Verification: exact or estimate [default: exact].")] = None,
+    estimate_margin: Annotated[float | None, typer.Option(help=default_help("--verify estimate margin.", 0.01))] = None,
+    verify: Annotated[str | None, typer.Option(help=default_help("Verification: exact or estimate.", "exact"))] = None,
     learn_boilerplate: LearnOpt = None,
     boilerplate_min_docs: MinDocsOpt = None,
     boilerplate_min_tokens: MinLineTokensOpt = None,
@@ -259,7 +261,9 @@ def retrieval_eval_command(
     if json_out:
         sys.stdout.write(orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        render_retrieval(Console(), report, show)
+        from stream_dedupe.consoles import stdout_console
+
+        render_retrieval(stdout_console(), report, show)
 
 
 def _params(overrides: dict[str, Any]) -> DedupeParams:
