@@ -65,6 +65,9 @@ def check_inputs(paths: list[str]) -> None:
             raise ConfigError(f"input {path} is not readable")
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
 def read_lines(path: str, skip: int = 0) -> Iterator[InputLine]:
     """Yield the lines of one input, skipping the first ``skip`` (already processed) lines."""
     raw_file: BinaryIO = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
@@ -83,6 +86,8 @@ def read_lines(path: str, skip: int = 0) -> Iterator[InputLine]:
                 position += len(line)
             if number <= skip:
                 continue
+            if number == 1 and line.startswith(_BOM):  # a UTF-8 byte order mark (some Windows tools write one)
+                line = line[len(_BOM) :]
             yield InputLine(path, number, line.rstrip(b"\r\n"), position)
     except (OSError, EOFError) as exc:
         raise ConfigError(f"cannot read input {path}: {exc} (is it a complete .jsonl or .jsonl.gz file?)") from exc

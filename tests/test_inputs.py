@@ -80,3 +80,10 @@ def test_progress_reaches_the_whole_input_over_several_files(tmp_path: Path, com
     assert positions == sorted(positions) and positions[-1] == total
     first = Path(paths[0]).stat().st_size  # after the first file's 7 batches: its size, not more
     assert positions[5] <= positions[7] == first < positions[8] and len(positions) == 17
+
+
+def test_a_byte_order_mark_before_the_first_line_is_not_part_of_it(tmp_path: Path) -> None:
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"id": "a", "text": "x"}\n\xef\xbb\xbf{"id": "b"}\n')
+    lines = [item.raw for item in read_lines(str(path))]
+    assert lines == [b'{"id": "a", "text": "x"}', b'\xef\xbb\xbf{"id": "b"}']  # only the file's first line

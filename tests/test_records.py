@@ -89,6 +89,18 @@ def test_too_large_recovers_the_top_level_id_cheaply() -> None:
     assert peek_id(b"not json at all") is None
 
 
+def test_a_broken_record_keeps_its_readable_id() -> None:
+    """Not JSON or not UTF-8, its top-level id still names it (a crawler can find the page to fix)."""
+    cut = parse_document(b'{"id": "d2", "text": "broken', 1 << 20)
+    assert isinstance(cut, Invalid) and (cut.reason, cut.doc_id) == ("not-json", "d2")
+    latin = parse_document(b'{"id": "d3", "text": "caf\xe9"}', 1 << 20)
+    assert isinstance(latin, Invalid) and (latin.reason, latin.doc_id) == ("invalid-utf8", "d3")
+    bad_id = parse_document(b'{"id": "\xff", "text": "x"}', 1 << 20)
+    assert isinstance(bad_id, Invalid) and bad_id.doc_id is None  # an id that is not UTF-8 names nothing
+    nested = parse_document(b'{"metadata": {"id": "inner"}, "text": ', 1 << 20)
+    assert isinstance(nested, Invalid) and nested.doc_id is None
+
+
 def test_the_kafka_key_is_the_identity() -> None:
     limits = ParseLimits()
     same = parse_keyed(b"a", b'{"id": "a", "text": "x"}', limits)

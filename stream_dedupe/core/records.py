@@ -157,12 +157,12 @@ def parse_document(raw: bytes, max_bytes: int, limits: ParseLimits | None = None
         try:
             raw.decode("utf-8")
         except UnicodeDecodeError as utf8:
-            return Invalid("invalid-utf8", f"record is not valid UTF-8 at byte {utf8.start}")
+            return Invalid("invalid-utf8", f"record is not valid UTF-8 at byte {utf8.start}", peek_id(raw))
         if "depth limit" in str(exc):  # orjson's own check: no second pass over the bytes
             return Invalid(
                 "too-deep", f"record nests JSON deeper than {MAX_JSON_DEPTH} levels: flatten it", peek_id(raw)
             )
-        return Invalid("not-json", f"record is not JSON: {exc}")
+        return Invalid("not-json", f"record is not JSON: {exc}", peek_id(raw))
     if not isinstance(value, dict):
         return Invalid("not-object", f"record must be a JSON object, got {type(value).__name__}")
     return _validate_object(value, raw, limits)
@@ -183,9 +183,9 @@ def too_large(raw: bytes, size: int, limit: int, setting: str) -> Invalid:
 def peek_id(raw: bytes, limit: int = PEEK_BYTES) -> str | None:
     """The top-level ``"id"`` string of a JSON object, read from its first ``limit`` bytes only.
 
-    For records that are not parsed (too large, too deep): a tokenizer over the prefix tracks the
-    nesting depth, so an ``"id"`` inside ``metadata`` is never taken. None when the id is not a
-    plain string within the prefix.
+    For records that are not parsed (too large, too deep, not JSON, not UTF-8): a tokenizer over
+    the prefix tracks the nesting depth, so an ``"id"`` inside ``metadata`` is never taken. None
+    when the id is not a plain (valid UTF-8) string within the prefix.
     """
     head = raw[:limit]
     depth = 0
