@@ -145,8 +145,13 @@ _D = DedupeParams()
 
 @app.command()
 def dedupe(
-    inputs: Annotated[list[str], typer.Argument(help="JSONL inputs (.jsonl, .jsonl.gz), or - for stdin.")],
     state: StateOpt,
+    inputs: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="JSONL inputs (.jsonl, .jsonl.gz), or - for stdin; none with --deletions only.", show_default=False
+        ),
+    ] = None,
     events: Annotated[str | None, typer.Option(help=EVENTS_HELP)] = None,
     deduped: Annotated[
         str | None,
@@ -233,7 +238,9 @@ def dedupe(
     """Dedupe JSONL documents into a state directory; runs are incremental and resumable."""
     from stream_dedupe.inputs import check_inputs, total_bytes
 
-    check_inputs(inputs)
+    inputs = inputs or []
+    if inputs or not deletions:
+        check_inputs(inputs)  # no input at all: says what to pass
     if deletions:
         check_inputs(deletions)
     check_outputs(events=events, deduped=deduped)

@@ -387,6 +387,14 @@ def test_deletions_file(tmp_path: Path) -> None:
     assert evs[4]["known"] is False and evs[5]["reason"] == "missing-id" and evs[5]["line"] == 3
     clusters = cli("clusters", "--state", str(tmp_path / "s")).stdout.splitlines()
     assert [orjson.loads(c)["members"] for c in clusters] == [["a", "c"]]
+    # deletions alone, without an input file
+    (tmp_path / "more.txt").write_text("c\n")
+    alone = cli("dedupe", "--deletions", str(tmp_path / "more.txt"), "--state", str(tmp_path / "s"), "--events", "-")
+    assert [
+        (e["event"], e["id"], e["known"]) for e in doc_events(list(map(orjson.loads, alone.stdout.splitlines())))
+    ] == [("deleted", "c", True)]
+    nothing = cli("dedupe", "--state", str(tmp_path / "s"), check=False)
+    assert nothing.returncode == 2 and "no input given" in nothing.stderr
 
 
 def test_record_bounds_apply_to_the_embedded_command(tmp_path: Path) -> None:
