@@ -308,17 +308,25 @@ def dedupe(
         events_out = open_out(stack, events, "ab" if resuming else "wb")
         events_file = named if named is not None and named.is_file() else None  # not a pipe
         reporter = stack.enter_context(ProgressReporter(err, total_bytes(inputs), enabled=progress))
-        result = run(
-            engine,
-            inputs,
-            events_out,
-            limits.batch_size,
-            limits.max_doc_bytes,
-            reporter.update,
-            deletions or (),
-            pool,
-            events_file,
-        )
+        try:
+            result = run(
+                engine,
+                inputs,
+                events_out,
+                limits.batch_size,
+                limits.max_doc_bytes,
+                reporter.update,
+                deletions or (),
+                pool,
+                events_file,
+            )
+        except BrokenPipeError:  # the command group ends the command (exit 0): say that the run is cut short
+            reporter.close()
+            err.out(
+                "stopped: the reader of standard output went away before the input's end; the state holds every "
+                "batch committed before (the same command again goes on from there, for file inputs)"
+            )
+            raise
         reporter.close()
         if warm_start:
             warm_file.save(store, engine)  # every batch is committed, interrupted or not
