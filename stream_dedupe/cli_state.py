@@ -94,10 +94,18 @@ def boilerplate(
     try:
         if not params.boilerplate.learn:
             err.print("boilerplate learning is off for this state (enable it with --learn-boilerplate on a new state)")
+        listed = 0
         for line_source, documents, line in learned_lines(StateView(store), params.boilerplate.min_docs):
             if source is None or source == line_source:
+                listed += 1
                 sys.stdout.write(
                     orjson.dumps({"source": line_source, "documents": documents, "line": line}).decode() + "\n"
                 )
+        if not listed and params.boilerplate.learn:  # stdout stays empty (a script reads no line); say why
+            where = f"source {source!r}" if source is not None else "any source"
+            err.print(
+                f"no line learned for {where} yet: a line is learned once {params.boilerplate.min_docs:,} documents "
+                "of one source carry it"
+            )
     finally:
         store.close()

@@ -419,3 +419,11 @@ def test_record_bounds_apply_to_the_embedded_command(tmp_path: Path) -> None:
         ("invalid", "too-large", "huge"),
         ("new", None, "ok"),
     ]
+
+
+def test_boilerplate_of_a_state_that_learned_nothing_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b'{"id": "a", "text": "one page with its own words only"}\n')
+    cli("dedupe", str(path), "--state", str(tmp_path / "s"), "--no-progress")
+    listed = cli("boilerplate", "--state", str(tmp_path / "s"))
+    assert listed.stdout == "" and "no line learned for any source yet" in listed.stderr

@@ -327,7 +327,7 @@ def produce(
     replication_factor: Annotated[
         int | None, _opt("replication_factor", "Replicas if the topic is created; 1 for one local broker [default: 3].")
     ] = None,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr (when it is a terminal).")] = True,
     security_protocol: SecurityProtocol = None,
     sasl_mechanism: SaslMechanism = None,
     sasl_username: SaslUsername = None,
@@ -369,7 +369,8 @@ def produce(
         if created:
             err.print(f"created topic {settings.input_topic} ({settings.input_partitions} partitions)")
         columns = (TextColumn("[bold]produce"), BarColumn(), DownloadColumn(), TextColumn("{task.fields[n]} records"))
-        with Progress(*columns, TimeRemainingColumn(), console=err, disable=not progress, transient=False) as bar:
+        drawn = progress and err.is_terminal  # a bar in a log file or a pipe is noise: the summary line says it all
+        with Progress(*columns, TimeRemainingColumn(), console=err, disable=not drawn, transient=False) as bar:
             task = bar.add_task("produce", total=total, n=0)
             return await send_all(
                 settings.bootstrap,
