@@ -183,8 +183,17 @@ class Worker:
 STEADY_AFTER_S = 2.0
 
 
-async def produce_and_consume(bootstrap: str, prefix: str, docs: list[bytes], rate: float | None) -> dict[str, Any]:
-    """Produce ``docs`` (paced at ``rate``/s, or as fast as possible) while consuming the events."""
+async def produce_and_consume(
+    bootstrap: str, prefix: str, docs: list[bytes], rate: float | None, kinds: set[bytes] | None = None
+) -> dict[str, Any]:
+    """Produce ``docs`` (paced at ``rate``/s, or as fast as possible) while consuming the events.
+
+    ``kinds``: count only document events of these kinds (``{b'"unchanged"'}`` for a second pass
+    of the same documents). Events written before the call (an earlier pass of the same ids on
+    the same topics) are skipped by their timestamps.
+    """
+    counted = DOC_EVENTS if kinds is None else kinds
+    since_ms = int(time.time() * 1000)
     await prepare_input_topic(bootstrap, f"{prefix}.in", 4)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=2 if rate else 10, max_batch_size=1 << 20)
     consumer = AIOKafkaConsumer(
@@ -208,7 +217,7 @@ async def produce_and_consume(bootstrap: str, prefix: str, docs: list[bytes], ra
             for records in batch.values():
                 for r in records:
                     head = r.value[:40]
-                    if any(k in head for k in DOC_EVENTS):
+                    if r.timestamp >= since_ms and any(k in head for k in counted):
                         origin = dict(r.headers).get("sd-origin", b"")
                         if origin in seen:
                             continue

@@ -4,6 +4,7 @@
         --variant "zstd 3=--compression-level 3" --variant "zstd 1=--compression-level 1" \\
         --variant "jobs 2=--jobs 2"
     python bench/bench_worker_cpu.py --tree before=/tmp/base --tree after=.   # two source trees, same flags
+    python bench/bench_worker_cpu.py --recrawl 2 ...   # the same documents a third time (unchanged re-crawls)
 
 Each variant is a fresh worker of a fresh app on one broker (started by the script, see
 bench_worker.py), fed the same documents as fast as they can be produced; the rounds interleave
@@ -65,6 +66,14 @@ def main() -> None:
     parser.add_argument(
         "--tree", action="append", default=[], help='"NAME=PATH": run each variant on this checkout too, repeatable'
     )
+    parser.add_argument(
+        "--recrawl",
+        type=int,
+        default=0,
+        metavar="N",
+        help="measure the documents sent again unchanged, after N untimed passes (1: the first re-crawl; 2: one "
+        "whose records are all current)",
+    )
     args = parser.parse_args()
     flags = [(v.split("=", 1)[0], v.split("=", 1)[1].split()) for v in args.variant] or [("default", [])]
     trees = [(t.split("=", 1)[0], str(Path(t.split("=", 1)[1]).resolve())) for t in args.tree] or [("", None)]
@@ -79,8 +88,12 @@ def main() -> None:
                 w = Worker(bootstrap, prefix, tmp, ["--batch-wait", "0.05", *extra], tree=tree)
                 w.wait_ready()
                 time.sleep(3.0)  # the signing processes' warm-up (spawn, kernels) and the first fetches settle
+                kinds = None
+                for _ in range(args.recrawl):  # untimed passes; then the same documents again: all unchanged
+                    asyncio.run(produce_and_consume(bootstrap, prefix, docs, None))
+                    kinds = {b'"unchanged"'}
                 before = cpu_seconds(w.proc.pid)
-                run = asyncio.run(produce_and_consume(bootstrap, prefix, docs, None))
+                run = asyncio.run(produce_and_consume(bootstrap, prefix, docs, None, kinds))
                 cpu = cpu_seconds(w.proc.pid) - before
                 w.stop()
                 row = {
