@@ -45,7 +45,7 @@ class Prepared:
     shingle_set: np.ndarray | None = None
     #: :func:`~stream_dedupe.core.recrawl.text_fingerprint` of the document, stored in its record.
     fingerprint: bytes | None = None
-    #: Boilerplate lines learned when its text was stripped (the record's ``epoch``).
+    #: Boilerplate lines of its source learned when its text was stripped (the record's ``epoch``).
     epoch: int = 0
 
 
