@@ -11,7 +11,6 @@ import gc
 import logging
 import os
 import threading
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from stream_dedupe.worker.logfilters import RepeatFilter
 from stream_dedupe.worker.settings import WorkerSettings, env_var
 
 err = Console(stderr=True, soft_wrap=True)
@@ -281,35 +281,6 @@ def lock_state_dir(state_dir: Path) -> None:
     lock.write(f"{os.getpid()}\n")
     lock.flush()
     _LOCKS.append(lock)
-
-
-class RepeatFilter(logging.Filter):
-    """Lets one record per (logger, message template) through every ``interval`` seconds.
-
-    While the broker is down, aiokafka logs the same connection error thousands of times a
-    second; this keeps the log readable: the first record, then one per interval with the number
-    of identical records suppressed in between.
-    """
-
-    def __init__(self, interval: float = 10.0) -> None:
-        super().__init__()
-        self.interval = interval
-        self._seen: dict[tuple[str, str], tuple[float, int]] = {}
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        """See :class:`logging.Filter`."""
-        if record.name.startswith("stream_dedupe") or record.levelno < logging.WARNING:
-            return True
-        key = (record.name, str(record.msg))
-        now = time.monotonic()
-        last, suppressed = self._seen.get(key, (0.0, 0))
-        if now - last < self.interval:
-            self._seen[key] = (last, suppressed + 1)
-            return False
-        self._seen[key] = (now, 0)
-        if suppressed:
-            record.msg = f"{record.msg} [{suppressed} identical messages suppressed in the last {self.interval:.0f}s]"
-        return True
 
 
 def _force_exit(timeout: float) -> None:

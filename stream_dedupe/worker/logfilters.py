@@ -1,0 +1,59 @@
+"""Filters of the worker's log: repeated client errors rate-limited, retried ones not called errors."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+#: aiokafka's message when a consumer group's coordinator lookup fails (logged at ERROR, then retried).
+_COORDINATOR_LOOKUP = "Group Coordinator Request failed: %s"
+
+
+class RepeatFilter(logging.Filter):
+    """Lets one record per (logger, message template) through every ``interval`` seconds; softens retried errors.
+
+    While the broker is down, aiokafka logs the same connection error thousands of times a
+    second; this keeps the log readable: the first record, then one per interval with the number
+    of identical records suppressed in between.
+    """
+
+    def __init__(self, interval: float = 10.0) -> None:
+        super().__init__()
+        self.interval = interval
+        self._seen: dict[tuple[str, str], tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """See :class:`logging.Filter` (a retried coordinator lookup is softened first: :func:`soften_retried`)."""
+        soften_retried(record)
+        if record.name.startswith("stream_dedupe") or record.levelno < logging.WARNING:
+            return True
+        key = (record.name, str(record.msg))
+        now = time.monotonic()
+        last, suppressed = self._seen.get(key, (0.0, 0))
+        if now - last < self.interval:
+            self._seen[key] = (last, suppressed + 1)
+            return False
+        self._seen[key] = (now, 0)
+        if suppressed:
+            record.msg = f"{record.msg} [{suppressed} identical messages suppressed in the last {self.interval:.0f}s]"
+        return True
+
+
+def _retried_coordinator_lookup(record: logging.LogRecord) -> bool:
+    """True for aiokafka's ERROR record of a coordinator lookup it retries (a broker still starting)."""
+    if record.msg != _COORDINATOR_LOOKUP or record.levelno != logging.ERROR or not record.args:
+        return False
+    error = record.args[0] if isinstance(record.args, tuple) else None
+    return bool(getattr(error, "retriable", False))
+
+
+def soften_retried(record: logging.LogRecord) -> None:
+    """Log a retried coordinator lookup as a WARNING that says it is retried.
+
+    A new broker creates its consumer offsets topic in the first seconds, and until then every
+    group's coordinator lookup fails with ``GroupCoordinatorNotAvailableError``; aiokafka logs
+    each at ERROR and retries, so a worker started beside a new broker looked broken.
+    """
+    if _retried_coordinator_lookup(record):
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        record.msg = _COORDINATOR_LOOKUP + " (retried: the broker is still electing the group's coordinator)"

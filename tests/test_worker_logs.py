@@ -1,0 +1,41 @@
+"""The worker's log filters: repeated client errors rate-limited, retried ones not reported as errors."""
+
+from __future__ import annotations
+
+import logging
+
+from aiokafka.errors import GroupAuthorizationFailedError, GroupCoordinatorNotAvailableError
+
+from stream_dedupe.worker.logfilters import RepeatFilter
+
+
+def _record(error: Exception, level: int = logging.ERROR) -> logging.LogRecord:
+    return logging.LogRecord(
+        "aiokafka.consumer.group_coordinator",
+        level,
+        __file__,
+        1,
+        "Group Coordinator Request failed: %s",
+        (error,),
+        None,
+    )
+
+
+def test_a_retried_coordinator_lookup_is_a_warning_that_says_so() -> None:
+    record = _record(GroupCoordinatorNotAvailableError())
+    assert RepeatFilter().filter(record)
+    assert record.levelno == logging.WARNING and record.levelname == "WARNING"
+    assert "retried" in record.getMessage() and "GroupCoordinatorNotAvailableError" in record.getMessage()
+
+
+def test_an_error_that_is_not_retried_stays_an_error() -> None:
+    record = _record(GroupAuthorizationFailedError())
+    RepeatFilter().filter(record)
+    assert record.levelno == logging.ERROR and "retried" not in record.getMessage()
+
+
+def test_repeats_are_suppressed_then_counted() -> None:
+    repeats = RepeatFilter(interval=3600)
+    first = _record(GroupCoordinatorNotAvailableError())
+    assert repeats.filter(first)
+    assert not any(repeats.filter(_record(GroupCoordinatorNotAvailableError())) for _ in range(5))
