@@ -160,6 +160,7 @@ def summary_rows(result: RunResult, clusters: ClusterSummary, engine: DedupeEngi
         ("hot-bucket skips", f"{engine.counters['hot_bucket_skips']:,}"),
         ("representatives checked past full buckets", f"{engine.counters['full_bucket_candidates']:,}"),
         ("boilerplate lines stripped", f"{engine.counters['boilerplate_lines_stripped']:,}"),
+        ("unchanged re-crawls recognized (texts not read)", f"{engine.counters['recognized_unchanged']:,}"),
         ("docs/s", f"{result.lines / result.seconds if result.seconds else 0.0:,.0f}"),
         ("kernels (ahead-of-time, numba or pure)", jit.kernel_mode()),
     ]

@@ -427,3 +427,17 @@ def test_boilerplate_of_a_state_that_learned_nothing_says_so(tmp_path: Path) -> 
     cli("dedupe", str(path), "--state", str(tmp_path / "s"), "--no-progress")
     listed = cli("boilerplate", "--state", str(tmp_path / "s"))
     assert listed.stdout == "" and "no line learned for any source yet" in listed.stderr
+
+
+def test_the_summary_counts_recrawls_recognized_by_their_fingerprint(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(
+        b"".join(
+            orjson.dumps({"id": f"p{i}", "text": f"page {i} of the portal with its own words"}) + b"\n"
+            for i in range(5)
+        )
+    )
+    args = ["dedupe", str(path), "--state", str(tmp_path / "s"), "--no-progress"]
+    first, again = cli(*args).stderr, cli(*args).stderr
+    assert re.search(r"unchanged re-crawls recognized \(texts not read\)\s+0\n", first)
+    assert re.search(r"unchanged re-crawls recognized \(texts not read\)\s+5\n", again)

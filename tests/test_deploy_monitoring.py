@@ -75,3 +75,16 @@ def test_dashboard_structure_and_every_query_names_an_exported_metric() -> None:
             used = set(re.findall(r"\bstream_dedupe_[a-z_]+", target["expr"]))
             assert used, target["expr"]
             assert used <= exported, (panel["title"], used - exported)
+
+
+def test_recognized_recrawls_are_counted_apart_from_signing() -> None:
+    """A re-crawl recognized by its fingerprint used no signature: not 'signed by the decide stage'."""
+    from collections import Counter
+
+    metrics = WorkerMetrics()
+    events = [{"event": "unchanged", "id": f"d{i}"} for i in range(10)]
+    metrics.record_batch(events, Counter(documents=10, presigned=3, recognized_unchanged=7), 10)
+    sample = metrics.registry.get_sample_value
+    assert sample("stream_dedupe_recrawls_recognized_total") == 7
+    assert sample("stream_dedupe_signed_documents_total", {"stage": "sign"}) == 3
+    assert sample("stream_dedupe_signed_documents_total", {"stage": "decide"}) == 0

@@ -107,6 +107,11 @@ class WorkerMetrics:
             ["stage"],
             registry=r,
         )
+        self.recognized = PromCounter(
+            "stream_dedupe_recrawls_recognized",
+            "Unchanged re-crawls recognized by their fingerprint: decided from their records, texts not read.",
+            registry=r,
+        )
         #: ``time.monotonic()`` from which the clusters gauges may be recomputed (:func:`next_cluster_scan`).
         self.cluster_scan_due = 0.0
         self.sign_processes = Gauge(
@@ -244,6 +249,7 @@ class WorkerMetrics:
         delta = {k: counters[k] - self._last[k] for k in ("documents", "candidates", "rejected_candidates")}
         for key in ("hot_bucket_skips", "full_bucket_candidates", "boilerplate_lines_stripped", "presigned"):
             delta[key] = counters[key] - self._last[key]
+        delta["recognized"] = counters["recognized_unchanged"] - self._last["recognized_unchanged"]
         self._last = Counter(counters)
         if delta["documents"]:
             self.candidates.observe(delta["candidates"] / delta["documents"])
@@ -252,7 +258,9 @@ class WorkerMetrics:
         self.full_bucket_candidates.inc(max(delta["full_bucket_candidates"], 0))
         self.boilerplate.inc(max(delta["boilerplate_lines_stripped"], 0))
         self.signed_by.labels("sign").inc(max(delta["presigned"], 0))
-        self.signed_by.labels("decide").inc(max(delta["documents"] - delta["presigned"], 0))
+        # a recognized re-crawl used no signature at all: counted apart, not as the decide stage's
+        self.signed_by.labels("decide").inc(max(delta["documents"] - delta["presigned"] - delta["recognized"], 0))
+        self.recognized.inc(max(delta["recognized"], 0))
         if counters["documents"]:
             self.duplicate_ratio.set(counters["duplicates"] / counters["documents"])
         self.batch_size.observe(records)
