@@ -254,3 +254,26 @@ def test_records_of_an_older_version_gain_their_fingerprint_on_the_next_recrawl(
 
 _V3_FIELDS = ("content_hash", "length", "updated_at_us", "tokens", "indexed", "source", "covered_by")
 _V3_FIELDS += ("covered_similarity", "title_key")
+
+
+@pytest.mark.parametrize("before", ["deleted", "changed"])
+def test_a_page_another_record_of_the_batch_names_is_read_in_full(before: str) -> None:
+    """Deleted (or changed) and sent again in one batch, its stored record is not the one it meets.
+
+    Both arms of the property test share this rule (:func:`named_once`), so it is checked here
+    against the state itself: the page sent again is indexed with its own signature.
+    """
+    from stream_dedupe.core.recrawl import named_once
+
+    rng = random.Random(2)
+    text = words(rng)
+    engine = DedupeEngine(_learning(), MemoryStore())
+    _run(engine, [record("x", text)], 1)
+    first = record("x", None, deleted=True) if before == "deleted" else record("x", words(rng))
+    again = record("x", text)
+    assert named_once([again], ()) == {"x"} and named_once([again], {"x"}) == set()  # a deletion names it
+    assert named_once([first, again], ()) == set() or before == "deleted"  # a second version names it
+    events = [orjson.loads(e) for e in _run(engine, [first, again], 2)]
+    assert any(e["event"] == "new" and e["id"] == "x" and e["updated"] == (before == "changed") for e in events)
+    assert engine.counters["recognized_unchanged"] == 0
+    assert dict(engine.store.items("sigs")).keys() == {b"x"}  # signed, indexed: not prepared from the old record

@@ -21,7 +21,7 @@ from stream_dedupe.core.boilerplate import BoilerplateLearner, TextLines
 from stream_dedupe.core.lshindex import LshIndex
 from stream_dedupe.core.normalize import title_key
 from stream_dedupe.core.records import Document
-from stream_dedupe.core.recrawl import recognized, text_fingerprint
+from stream_dedupe.core.recrawl import named_once, recognized, text_fingerprint
 from stream_dedupe.core.rows import stack_rows
 from stream_dedupe.core.signer import Signed, Signer
 from stream_dedupe.storage.state import (
@@ -109,9 +109,10 @@ class BatchPreparer:
         self.state.prefetch("docs", [d.doc_id.encode("utf-8") for d in docs])
         fingerprints = [text_fingerprint(d) for d in docs]
         epochs = [self.epoch(d.source) for d in docs]
+        alone = named_once(docs, removed)
         known: list[DocRecord | None] = [None] * len(docs)
         if self.recognize:
-            known = recognized(self.state, docs, fingerprints, epochs, removed)
+            known = recognized(self.state, docs, fingerprints, epochs, alone)
         signed = list(presigned)
         texts = [d.text for d in docs]
         if self.boilerplate is not None:
@@ -121,7 +122,7 @@ class BatchPreparer:
             signed = [None if cut else s for s, cut in zip(signed, stripped, strict=True)]
         todo = [i for i, s in enumerate(signed) if s is None and known[i] is None]
         if todo:
-            stored = self._stored_as_is([docs[i] for i in todo], docs, removed)
+            stored = self._stored_as_is([docs[i] for i in todo], alone)
             for i, fresh in zip(todo, self.signer.sign([texts[i] for i in todo], stored), strict=True):
                 signed[i] = fresh
         recognized_now = sum(1 for k in known if k is not None)
@@ -137,21 +138,18 @@ class BatchPreparer:
         """Boilerplate lines learned so far for ``source`` (0 without learning): see :mod:`.recrawl`."""
         return 0 if self.boilerplate is None else self.boilerplate.epoch(source)
 
-    def _stored_as_is(
-        self, signing: list[Document], docs: list[Document], removed: Collection[str]
-    ) -> Callable[[int, bytes], bool]:
+    def _stored_as_is(self, signing: list[Document], alone: Collection[str]) -> Callable[[int, bytes], bool]:
         """For :meth:`Signer.sign`: True for a document whose stored record has this content (and title).
 
         Such a document is decided ``unchanged`` from its record alone (no signature is read),
-        unless something earlier in the batch changes or removes its record: only a document whose
-        id no other record of the batch names is answered True.
+        unless something earlier in the batch changes or removes its record: only a document of
+        ``alone`` (:func:`~stream_dedupe.core.recrawl.named_once`) is answered True.
         """
         state = self.state
-        counts = Counter(d.doc_id for d in docs)
 
         def known(j: int, content_hash: bytes) -> bool:
             doc = signing[j]
-            if counts[doc.doc_id] > 1 or doc.doc_id in removed:
+            if doc.doc_id not in alone:
                 return False
             prior = state.doc(doc.doc_id)
             return prior is not None and prior.content_hash == self.identity_key(content_hash, doc)[0]

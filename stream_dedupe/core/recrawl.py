@@ -49,17 +49,24 @@ def text_fingerprint(doc: Document) -> bytes:
     return mmh3.hash_bytes(head + text)[:8]
 
 
+def named_once(docs: Sequence[Document], removed: Collection[str]) -> set[str]:
+    """Ids of ``docs`` that no other record of the batch names (no second version, no deletion).
+
+    Only such a document's stored record is the one it meets at its turn: an earlier record of
+    the batch may change or remove the others'.
+    """
+    counts = Counter(d.doc_id for d in docs)
+    return {doc_id for doc_id, n in counts.items() if n == 1 and doc_id not in removed}
+
+
 def recognized(
     state: StateView,
     docs: Sequence[Document],
     fingerprints: Sequence[bytes],
     epochs: Sequence[int],
-    removed: Collection[str],
+    alone: Collection[str],
 ) -> list[DocRecord | None]:
     """Per document: its record when it is an unchanged re-crawl that needs no text read, else None.
-
-    A document whose id another record of the batch names (a second version, a deletion) is not
-    recognized: its record may change before its turn.
 
     Args:
         state: The state view (the documents' records prefetched).
@@ -68,19 +75,12 @@ def recognized(
         epochs: Lines learned for each document's source at the start of the batch (0 without
             learning). A line learned in the batch before a document's turn changes what its
             text strips to: the caller checks the epoch again at its turn.
-        removed: Ids the batch's deletions take out.
+        alone: :func:`named_once` of the batch: only those can be recognized.
 
     """
-    counts = Counter(d.doc_id for d in docs)
     out: list[DocRecord | None] = []
     for doc, fingerprint, epoch in zip(docs, fingerprints, epochs, strict=True):
-        prior = state.doc(doc.doc_id)
-        same = (
-            prior is not None
-            and prior.fingerprint == fingerprint
-            and prior.epoch == epoch
-            and counts[doc.doc_id] == 1
-            and doc.doc_id not in removed
-        )
+        prior = state.doc(doc.doc_id) if doc.doc_id in alone else None
+        same = prior is not None and prior.fingerprint == fingerprint and prior.epoch == epoch
         out.append(prior if same else None)
     return out
