@@ -377,13 +377,13 @@ def explain(
     JSON file's "title" and "source" are read as a document's.
     """
     from stream_dedupe.consoles import stdout_console
-    from stream_dedupe.explain import explain_pair, learned_lines, load_pair, render, stored_relation
+    from stream_dedupe.explain import explain_pair, load_pair, render, state_learner, stored_relation
 
     if state is not None:
         store, params = open_existing(state)
         try:
             docs = load_pair(store, a, b)
-            report = explain_pair(params, *docs, (a, b), learned_lines(params, store), stored_relation(store, a, b))
+            report = explain_pair(params, *docs, (a, b), state_learner(params, store), stored_relation(store, a, b))
         finally:
             store.close()
     else:

@@ -130,7 +130,7 @@ def load_pair(store: KVStore | None, a: str, b: str) -> tuple[PairDoc, PairDoc]:
     return docs[0], docs[1]
 
 
-def learned_lines(params: DedupeParams, store: KVStore) -> BoilerplateLearner | None:
+def state_learner(params: DedupeParams, store: KVStore) -> BoilerplateLearner | None:
     """The boilerplate lines a state has learned (None when it learns none), to strip texts as it does."""
     params = resolve(params)
     return BoilerplateLearner(params.boilerplate, StateView(store)) if params.boilerplate.learn else None
