@@ -40,7 +40,7 @@ class DocRecord:
         fingerprint: 8 bytes identifying the text, title and source this record's
             ``content_hash`` was derived from (:func:`~stream_dedupe.core.recrawl.text_fingerprint`),
             or None (a record written before version 4).
-        epoch: How many boilerplate lines were learned when that text was stripped: with the
+        epoch: How many boilerplate lines of its source were learned when that text was stripped: with the
             fingerprint, what lets an unchanged re-crawl be recognized without reading its text
             again (:mod:`~stream_dedupe.core.recrawl`).
 
