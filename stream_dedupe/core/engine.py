@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,7 @@ from stream_dedupe.core.layout import resolve
 from stream_dedupe.core.lshindex import LshIndex
 from stream_dedupe.core.rebuild import rebuild_index
 from stream_dedupe.core.records import Deletion, Document, Invalid, Record, parse_document
+from stream_dedupe.core.recrawl import current_recrawls
 from stream_dedupe.core.sharding.gather import ShardedStore
 from stream_dedupe.core.signer import Signed, Signer
 from stream_dedupe.core.unionfind import ClusterInfo, UnionFind
@@ -251,6 +252,15 @@ class DedupeEngine:
     def commit(self, meta: dict[bytes, bytes | None] | None = None) -> None:
         """Write the staged state changes (and ``meta`` entries) atomically."""
         self.state.commit(meta)
+
+    def unchanged_recrawls(self, docs: Sequence[Document], removed: Collection[str] = ()) -> list[bool]:
+        """Which of ``docs`` the committed state holds as they are: they need no signature (a hint).
+
+        For a stage that signs ahead of :meth:`process` (the worker's sign stage), between batches;
+        :meth:`process` checks each one again at its turn and signs what it does not recognize
+        (:func:`~stream_dedupe.core.recrawl.current_recrawls`).
+        """
+        return current_recrawls(self.state, docs, removed, self.preparer.epoch)
 
     def cluster_of(self, doc_id: str) -> ClusterInfo | None:
         """The cluster of a known document, or None."""

@@ -24,7 +24,7 @@ the text anyway). A record of an older version has no fingerprint and takes the 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import mmh3
 
@@ -83,4 +83,36 @@ def recognized(
         prior = state.doc(doc.doc_id) if doc.doc_id in alone else None
         same = prior is not None and prior.fingerprint == fingerprint and prior.epoch == epoch
         out.append(prior if same else None)
+    return out
+
+
+def current_recrawls(
+    state: StateView,
+    docs: Sequence[Document],
+    removed: Collection[str],
+    epoch: Callable[[str | None], int],
+) -> list[bool]:
+    """Per document: True when its committed record says it is an unchanged re-crawl right now.
+
+    A hint for a stage that signs ahead of the decisions (the worker's sign stage): such a
+    document need not be signed, since the batch that decides it will most likely recognize it
+    (:func:`recognized`, checked again at its turn). A hint that turns out wrong costs only the
+    signing it meant to save: the deciding batch signs what it does not recognize.
+
+    Args:
+        state: The state view (read as committed: :meth:`StateView.committed_docs`).
+        docs: Documents about to be signed.
+        removed: Ids that other records of the same lot delete.
+        epoch: Lines learned so far for a source (``BatchPreparer.epoch``).
+
+    """
+    alone = named_once(docs, removed)
+    ids = [d.doc_id for d in docs if d.doc_id in alone]
+    records = dict(zip(ids, state.committed_docs(ids), strict=True)) if ids else {}
+    out = []
+    for doc in docs:
+        prior = records.get(doc.doc_id)
+        out.append(
+            prior is not None and prior.fingerprint == text_fingerprint(doc) and prior.epoch == epoch(doc.source)
+        )
     return out

@@ -115,6 +115,20 @@ class StateView(BatchOverlay):
         self._records[doc_id] = record
         return record
 
+    def committed_docs(self, doc_ids: Sequence[str]) -> list[DocRecord | None]:
+        """The records of ``doc_ids`` as last committed, read outside any batch.
+
+        The batch's overlay is neither read nor filled, and nothing is cached: for a hint taken
+        between batches (the worker's sign stage), which the batch checks again at its turn.
+        """
+        keys = [_key(doc_id) for doc_id in doc_ids]
+        held = self.hot.take("docs", set(keys)) if self.hot.limit else {}
+        missing = [k for k in keys if k not in held]
+        if missing:
+            held.update(zip(missing, self.store.get_many("docs", missing), strict=True))
+        decode = DocRecord.decode
+        return [None if (raw := held[k]) is None else decode(raw) for k in keys]
+
     def prefetch_docs(self, doc_ids: Iterable[str]) -> None:
         """:meth:`prefetch` of the records of ``doc_ids`` that this batch has not read or written yet."""
         records = self._records

@@ -35,7 +35,7 @@ import faust
 import orjson
 
 from stream_dedupe.core.engine import DedupeEngine, stored_params
-from stream_dedupe.core.records import parse_document
+from stream_dedupe.core.records import Document, parse_document
 from stream_dedupe.core.signer import Signer
 from stream_dedupe.errors import StreamDedupeError
 from stream_dedupe.storage.base import NAMESPACES
@@ -61,7 +61,7 @@ from stream_dedupe.worker.produce import start_worker_producer
 from stream_dedupe.worker.settings import WorkerSettings
 from stream_dedupe.worker.shard_client import ShardUnavailable
 from stream_dedupe.worker.shard_stage import engine_store, pause_shards, shard_tables, steer_shards, stop_shards
-from stream_dedupe.worker.sign import FETCH_MAX_WAIT_MS, SignStage
+from stream_dedupe.worker.sign import FETCH_MAX_WAIT_MS, SignStage, UnchangedHint
 from stream_dedupe.worker.store import FaustTableStore
 
 log = logging.getLogger("stream_dedupe.worker")
@@ -204,7 +204,7 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
             return
         if rt.sign_task is None:
             producer = await start_worker_producer(s, "sign")
-            start_sign_stage(rt, SignStage(s, producer, rt.metrics, Signer(s.params(None))))
+            start_sign_stage(rt, SignStage(s, producer, rt.metrics, Signer(s.params(None)), _unchanged_hint(rt)))
         # the shards first: the decider's engine asks them (this worker may hold some) when it is built
         await steer_shards(app, rt, shards, rt.assigned and _settled(app), _new_consumer)
         if rt.assigned and _settled(app) and owns_index(app, rt):
@@ -264,6 +264,18 @@ def _raw_topic(app: faust.App, name: str, partitions: int, acks: bool = True) ->
         partitions=partitions,
         acks=acks,
     )
+
+
+def _unchanged_hint(rt: Runtime) -> UnchangedHint | None:
+    """The sign stage's hint of unchanged re-crawls: the decider's committed records, on the worker that decides."""
+    if rt.settings.index_shards > 1:
+        return None  # the engine runs in a thread there (shard calls): its state is not read from the loop
+
+    def unchanged(docs: list[Document], deleted: set[str]) -> list[bool] | None:
+        engine = rt.engine  # None on a worker that only signs; a closed gate: a rebalance or recovery
+        return engine.unchanged_recrawls(docs, deleted) if engine is not None and rt.gate.is_set() else None
+
+    return unchanged
 
 
 def _recovered(app: faust.App) -> bool:

@@ -112,6 +112,12 @@ class WorkerMetrics:
             "Unchanged re-crawls recognized by their fingerprint: decided from their records, texts not read.",
             registry=r,
         )
+        self.unsigned_recrawls = PromCounter(
+            "stream_dedupe_unsigned_recrawls",
+            "Records this worker's sign stage forwarded unsigned: unchanged re-crawls the decider's state holds "
+            "as they are (only on the worker that decides).",
+            registry=r,
+        )
         #: ``time.monotonic()`` from which the clusters gauges may be recomputed (:func:`next_cluster_scan`).
         self.cluster_scan_due = 0.0
         self.sign_processes = Gauge(

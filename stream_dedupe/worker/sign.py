@@ -23,6 +23,7 @@ import contextlib
 import hashlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiokafka import TopicPartition  # type: ignore[import-untyped]
@@ -48,6 +49,8 @@ INVALID_HEADER, DETAIL_HEADER, ID_HEADER = "sd-invalid", "sd-detail", "sd-id"
 SIZE_HEADER, SHA_HEADER = "sd-size", "sd-sha256"
 
 Forward = tuple[bytes | None, bytes | None]
+#: Per document, True when it needs no signature (see ``SignStage``); None: no hint now.
+UnchangedHint = Callable[[list[Document], set[str]], "list[bool] | None"]
 #: Fetch wait of every consumer of the worker (its stages', and Faust's, see ``app._cap_fetch_wait``).
 #: Faust 0.15 hard-codes the consumer's fetch_max_wait_ms=1500. A fetch parked on an empty
 #: partition delayed the next fetch by up to 1.5 s, stalling the pipeline about once a second
@@ -81,14 +84,28 @@ class SignStage:
         signer: Signs with the parameters the workers are configured with (from the unstripped
             text: with learned boilerplate the decide stage signs again only the documents a
             learned line is stripped from); None forwards unsigned records.
+        unchanged: On the worker that decides, per document of a fetch (and the ids the fetch
+            deletes), True when the decider's committed state holds it as it is
+            (:meth:`~stream_dedupe.core.engine.DedupeEngine.unchanged_recrawls`); None when no
+            such hint can be taken now. Such an unchanged re-crawl is forwarded unsigned: the
+            decide stage recognizes it without its signature, and signs it if it changed since.
 
     """
 
-    def __init__(self, settings: WorkerSettings, producer: Any, metrics: WorkerMetrics, signer: Signer | None) -> None:
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        producer: Any,
+        metrics: WorkerMetrics,
+        signer: Signer | None,
+        unchanged: UnchangedHint | None = None,
+    ) -> None:
         self.settings = settings
         self.metrics = metrics
         self.producer = producer
         self.signer = signer
+        self.unchanged = unchanged
+        self._hint_failed = False
         self.consumer: Any = None
         #: True once the sign group gave this worker an assignment (possibly empty).
         self.joined = False
@@ -151,6 +168,7 @@ class SignStage:
         headers: list[list[tuple[str, bytes]]] = []
         now_ms = int(time.time() * 1000)
         docs: list[tuple[int, Document]] = []
+        deleted: set[str] = set()
         last: dict[TopicPartition, int] = {}
         limit, max_key = self.limits.max_doc_bytes, self.settings.max_id_bytes + 1
         for tp, messages in fetched.items():
@@ -167,6 +185,8 @@ class SignStage:
                 elif value is None:
                     h.append(("sd-deleted", b"1"))
                     value = b""
+                    if key is not None:
+                        deleted.add(key.decode("utf-8", "replace"))
                 elif len(value) > limit:
                     detail = f"record is {len(value)} bytes, over the limit of {limit} ({self._bound})"
                     value = self._judged(key, value, h, "too-large", detail)
@@ -178,6 +198,8 @@ class SignStage:
                 headers.append(h)
             if messages:
                 last[tp] = messages[-1].offset + 1
+        if docs and self.signer is not None:
+            docs = self._needing_signatures(docs, deleted)
         if docs and self.signer is not None:
             for (row, _), blob in zip(docs, await self._signatures([d.text for _, d in docs]), strict=True):
                 if blob is not None:
@@ -195,6 +217,26 @@ class SignStage:
             self._in_flight = sent
             self._pending = last
         self.metrics.forwarded.inc(len(records))
+
+    def _needing_signatures(self, docs: list[tuple[int, Document]], deleted: set[str]) -> list[tuple[int, Document]]:
+        """``docs`` without the unchanged re-crawls the decider holds as they are (forwarded unsigned)."""
+        hint = self.unchanged
+        if hint is None:
+            return docs
+        try:
+            unchanged = hint([d for _, d in docs], deleted)
+        except Exception:
+            # a hint only saves work: signing everything is always right
+            if not self._hint_failed:
+                log.warning("sign stage: reading the decider's records failed; signing every record", exc_info=True)
+            self._hint_failed = True
+            return docs
+        self._hint_failed = False
+        if not unchanged:
+            return docs
+        kept = [item for item, same in zip(docs, unchanged, strict=True) if not same]
+        self.metrics.unsigned_recrawls.inc(len(docs) - len(kept))
+        return kept
 
     def _judged(self, key: bytes | None, value: bytes, h: list[tuple[str, bytes]], reason: str, detail: str) -> bytes:
         """Judge a record here (it cannot be forwarded): outcome headers, and a prefix of the value."""
