@@ -12,7 +12,7 @@ import sys
 from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -20,12 +20,14 @@ from stream_dedupe import __version__
 from stream_dedupe.cli_coerce import FastCommands
 from stream_dedupe.cli_state import EVENTS_HELP, boilerplate, clusters, expire
 from stream_dedupe.cli_support import (
+    EXIT_CUT_SHORT,
     check_new_state_dir,
     check_outputs,
     gc_from_here,
     is_state,
     open_existing,
     open_out,
+    silence_stdout,
     start_up_without_gc,
 )
 from stream_dedupe.config import DedupeParams, NormalizationConfig, RuntimeLimits, ShingleSpec
@@ -46,6 +48,9 @@ from stream_dedupe.options import (
     source_thresholds,
     state_help,
 )
+
+if TYPE_CHECKING:
+    from stream_dedupe.inputs import InputReadError
 
 app = typer.Typer(
     name="stream-dedupe",
@@ -114,16 +119,27 @@ def _unfinished_message(events: Path, unfinished: dict[str, Any], inputs: list[s
     """Why a run refuses to overwrite the events of an earlier run it cannot resume, and what to do."""
     earlier = [str(i.get("path")) for i in unfinished.get("inputs", [])]
     where = f"line {unfinished.get('line', 0):,} of {earlier[int(unfinished.get('file', 0))] if earlier else '?'}"
-    why = (
-        "standard input cannot be read again"
-        if "-" in earlier or "-" in inputs
-        else f"this run's inputs are not that run's ({', '.join(earlier)})"
-    )
+    if "-" in earlier or "-" in inputs:
+        why = "standard input cannot be read again"
+    elif earlier == [os.path.realpath(p) for p in inputs]:
+        why = f"{', '.join(earlier)} changed since (size or modification time): a run resumes only the files it read"
+    else:
+        why = f"this run's inputs are not that run's ({', '.join(earlier)})"
     return (
         f"{events} holds the events of an earlier run into this state that did not finish (it committed up to "
         f"{where}); this run cannot resume it ({why}) and would overwrite them. Move {events} away or pass "
         "another --events (the state keeps every batch that run committed: its documents are `unchanged` now), "
         "or run that run's command again to resume it"
+    )
+
+
+def _cut_input_message(exc: "InputReadError", events: Path | None) -> str:
+    """An input that ends early mid-run: what the state holds, and how to go on once the file is whole."""
+    kept = f"; their events are in {events}" if events is not None else ""
+    again = f"move {events} away or pass another --events, and " if events is not None else ""
+    return (
+        f"{exc}. The documents before it are decided and committed{kept}. Once the file is whole, {again}run the "
+        "command again: the documents committed come out `unchanged` and the rest are decided"
     )
 
 
@@ -236,7 +252,7 @@ def dedupe(
     ] = True,
 ) -> None:
     """Dedupe JSONL documents into a state directory; runs are incremental and resumable."""
-    from stream_dedupe.inputs import check_inputs, total_bytes
+    from stream_dedupe.inputs import InputReadError, check_inputs, total_bytes
 
     inputs = inputs or []
     if inputs or not deletions:
@@ -320,13 +336,19 @@ def dedupe(
                 pool,
                 events_file,
             )
-        except BrokenPipeError:  # the command group ends the command (exit 0): say that the run is cut short
+        except InputReadError as exc:
             reporter.close()
+            raise ConfigError(_cut_input_message(exc, named)) from exc
+        except BrokenPipeError:
+            # Not the quiet exit 0 of a listing into `head`: the run did not finish. 141 is what a
+            # shell reports for a command a closed pipe ends (128 + SIGPIPE), e.g. under pipefail.
+            reporter.close()
+            silence_stdout()
             err.out(
                 "stopped: the reader of standard output went away before the input's end; the state holds every "
                 "batch committed before (the same command again goes on from there, for file inputs)"
             )
-            raise
+            raise typer.Exit(EXIT_CUT_SHORT) from None
         reporter.close()
         if warm_start:
             warm_file.save(store, engine)  # every batch is committed, interrupted or not

@@ -16,6 +16,10 @@ from typer.core import TyperGroup
 from stream_dedupe.config import DedupeParams
 from stream_dedupe.errors import ConfigError
 
+#: Exit code of a ``dedupe`` whose standard output (``--events -``) was closed before the input's
+#: end: what a shell reports for a command a closed pipe ends (128 + SIGPIPE).
+EXIT_CUT_SHORT = 141
+
 
 class Commands(TyperGroup):
     """The command group: a closed stdout (``| head -1``) ends a command quietly, with exit 0."""

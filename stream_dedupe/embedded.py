@@ -30,7 +30,7 @@ from stream_dedupe.core.events import Event
 from stream_dedupe.core.linepack import unpack_lines
 from stream_dedupe.core.records import Deletion, Document, Invalid, Record, parse_line
 from stream_dedupe.core.signedpack import unpack_signed
-from stream_dedupe.inputs import InputLine, identity, read_lines
+from stream_dedupe.inputs import InputLine, InputReadError, identity, read_lines
 from stream_dedupe.storage.base import KVStore
 from stream_dedupe.storage.state import StateView
 
@@ -269,8 +269,18 @@ def _records(batch: list[InputLine], max_doc_bytes: int, deletions: bool = False
 
 
 def _chunks(lines: Iterator[InputLine], n: int) -> Iterator[list[InputLine]]:
+    """Batches of ``n`` lines; an input that cannot be read to its end yields its last whole lines first.
+
+    So every line read is decided and committed before the :class:`InputReadError` stops the run.
+    """
     while True:
-        batch = list(islice(lines, n))
+        batch: list[InputLine] = []
+        try:
+            batch.extend(islice(lines, n))
+        except InputReadError:
+            if batch:
+                yield batch
+            raise
         if not batch:
             return
         yield batch
@@ -300,13 +310,20 @@ def _prepared_elsewhere(
     ahead: deque[_Ahead] = deque()
     source = _chunks(lines, n)
     seen = (engine.counters["documents"], engine.counters["recognized_unchanged"])
+    unreadable: InputReadError | None = None  # raised once the batches read before it are decided
     while True:
-        while len(ahead) <= pool.workers:
-            batch = next(source, None)
+        while len(ahead) <= pool.workers and unreadable is None:
+            try:
+                batch = next(source, None)
+            except InputReadError as exc:
+                unreadable = exc
+                break
             if batch is None:
                 break
             ahead.append(_Ahead(batch))
         if not ahead:
+            if unreadable is not None:
+                raise unreadable
             return
         front = ahead.popleft()
         now = (engine.counters["documents"], engine.counters["recognized_unchanged"])

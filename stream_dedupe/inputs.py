@@ -68,6 +68,20 @@ def check_inputs(paths: list[str]) -> None:
 _BOM = b"\xef\xbb\xbf"
 
 
+class InputReadError(ConfigError):
+    """An input could not be read to its end (a truncated gzip file, a read error).
+
+    Attributes:
+        path: The input.
+        line: The last line read from it whole (0: none).
+
+    """
+
+    def __init__(self, message: str, path: str, line: int) -> None:
+        super().__init__(message)
+        self.path, self.line = path, line
+
+
 def read_lines(path: str, skip: int = 0) -> Iterator[InputLine]:
     """Yield the lines of one input, skipping the first ``skip`` (already processed) lines."""
     raw_file: BinaryIO = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
@@ -77,7 +91,7 @@ def read_lines(path: str, skip: int = 0) -> Iterator[InputLine]:
         stream: BinaryIO = gzip.GzipFile(fileobj=raw_file) if compressed else raw_file  # type: ignore[assignment]
         # Positions (for progress bars) without a syscall per line: counted for plain files,
         # asked of the compressed file every 256 lines for gzip.
-        position = 0
+        position = number = 0
         for number, line in enumerate(stream, start=1):
             if compressed:
                 if number % 256 == 1 and path != "-":
@@ -90,7 +104,9 @@ def read_lines(path: str, skip: int = 0) -> Iterator[InputLine]:
                 line = line[len(_BOM) :]
             yield InputLine(path, number, line.rstrip(b"\r\n"), position)
     except (OSError, EOFError) as exc:
-        raise ConfigError(f"cannot read input {path}: {exc} (is it a complete .jsonl or .jsonl.gz file?)") from exc
+        after = f" after line {number:,}" if number else ""
+        message = f"cannot read input {path}{after}: {exc} (is it a complete .jsonl or .jsonl.gz file?)"
+        raise InputReadError(message, path, number) from exc
     finally:
         if path != "-":
             raw_file.close()

@@ -29,7 +29,11 @@ SUMMARY_TITLE = "stream-dedupe summary"
 
 
 class ProgressReporter:
-    """Progress on stderr: bytes read, documents, docs/s and duplicates so far.
+    """Progress on stderr: bytes read, documents, docs/s and ``duplicate-of`` events so far.
+
+    Those count the documents covered on arrival, as the summary's ``duplicate-of`` row does; a
+    document covered later (by a longer one that came after it) is counted in the summary's
+    ``dropped`` row only, so the progress line does not call them all "duplicates".
 
     Args:
         console: Where to draw (stderr: rich's console on a terminal, else plain lines).
@@ -59,7 +63,8 @@ class ProgressReporter:
                 BarColumn(),
                 DownloadColumn(),
                 TextColumn(
-                    "{task.fields[docs]:>9,} docs  {task.fields[rate]:>8,.0f} docs/s  {task.fields[dups]:>8,} dups"
+                    "{task.fields[docs]:>9,} docs  {task.fields[rate]:>8,.0f} docs/s  "
+                    "{task.fields[dups]:>8,} duplicate-of"
                 ),
                 TimeElapsedColumn(),
                 console=console,
@@ -95,7 +100,7 @@ class ProgressReporter:
         self._last_line = time.perf_counter()
         done = f" ({self._position / self._total:.0%} of the input)" if self._total else ""
         self._console.out(
-            f"dedupe: {self._docs:,} docs, {self._rate():,.0f} docs/s, {self._dups:,} dups, "
+            f"dedupe: {self._docs:,} docs, {self._rate():,.0f} docs/s, {self._dups:,} duplicate-of, "
             f"{self._last_line - self._started:.1f} s{done}",
             highlight=False,
         )

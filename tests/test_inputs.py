@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 from pathlib import Path
 
 import pytest
@@ -87,3 +88,54 @@ def test_a_byte_order_mark_before_the_first_line_is_not_part_of_it(tmp_path: Pat
     path.write_bytes(b'\xef\xbb\xbf{"id": "a", "text": "x"}\n\xef\xbb\xbf{"id": "b"}\n')
     lines = [item.raw for item in read_lines(str(path))]
     assert lines == [b'{"id": "a", "text": "x"}', b'\xef\xbb\xbf{"id": "b"}']  # only the file's first line
+
+
+def _whole_lines(path: Path) -> int:
+    """Lines of a truncated gzip file that read whole before the error."""
+    from stream_dedupe.inputs import InputReadError
+
+    read = 0
+    with pytest.raises(InputReadError) as caught:
+        for read, _ in enumerate(read_lines(str(path)), start=1):  # noqa: B007 - counted
+            pass
+    assert caught.value.line == read and f"after line {read:,}" in str(caught.value)
+    return read
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_truncated_input_decides_every_whole_line_then_says_how_to_go_on(tmp_path: Path, jobs: str) -> None:
+    """A gzip file cut short (a download that stopped): the lines before the cut are decided and
+    committed, in-process or through the signing pool that reads batches ahead; once the file is
+    whole, the run it names goes on."""
+    import subprocess
+    import sys
+
+    import orjson
+
+    docs = [{"id": f"d{i}", "text": " ".join(f"w{(i * 7 + j) % 997}" for j in range(40))} for i in range(3000)]
+    whole = gzip.compress(b"".join(orjson.dumps(d) + b"\n" for d in docs))
+    corpus = tmp_path / "crawl.jsonl.gz"
+    corpus.write_bytes(whole[: len(whole) * 2 // 3])
+    read = _whole_lines(corpus)
+    assert 500 < read < 3000 and read % 100  # the cut falls inside a batch of 100
+    state, events = tmp_path / "state", tmp_path / "events.jsonl"
+    cli = [sys.executable, "-m", "stream_dedupe", "dedupe", str(corpus), "--state", str(state), "--no-progress"]
+    cli += ["--batch-size", "100", "--jobs", jobs]
+    env = {**os.environ, "STREAM_DEDUPE_POOL_BYTES": "1"}  # a pool even for this small input
+    first = subprocess.run([*cli, "--events", str(events)], capture_output=True, text=True, env=env, timeout=300)
+    assert first.returncode == 2, first.stderr
+    assert f"cannot read input {corpus} after line {read:,}" in first.stderr
+    assert f"decided and committed; their events are in {events}" in first.stderr
+    decided = [orjson.loads(line) for line in events.read_bytes().splitlines()]
+    assert [e["id"] for e in decided if e["event"] in ("new", "duplicate-of")] == [f"d{i}" for i in range(read)]
+
+    corpus.write_bytes(whole)  # the download completed
+    again = subprocess.run([*cli, "--events", str(events)], capture_output=True, text=True, env=env, timeout=300)
+    assert again.returncode == 2 and "changed since (size or modification time)" in again.stderr, again.stderr
+    rest = tmp_path / "rest.jsonl"
+    done = subprocess.run([*cli, "--events", str(rest)], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    outcomes = [orjson.loads(line) for line in rest.read_bytes().splitlines()]
+    kinds = {e["id"]: e["event"] for e in outcomes if e["event"] in ("new", "duplicate-of", "unchanged")}
+    assert [kinds[f"d{i}"] for i in range(read)] == ["unchanged"] * read
+    assert all(kinds[f"d{i}"] in ("new", "duplicate-of") for i in range(read, 3000))
