@@ -118,16 +118,15 @@ def test_an_unchanged_recrawl_is_neither_stripped_nor_signed(monkeypatch: pytest
         boilerplate_module, "text_lines", lambda texts, *a: lines.extend(texts) or real_lines(texts, *a)
     )
     again = [orjson.loads(e) for e in _run(engine, pages, 5)]
-    # carriers signed again when the footer was learned have the epoch of the footer; the others
-    # (decided before it was learned, never carriers) were read in full once, on this pass
+    # every text was counted when first decided (its record is current whatever is learned since;
+    # the carriers signed again when the footer was learned kept that): none is read again
     assert [e["event"] for e in again] == ["unchanged"] * len(pages)
-    signed.clear()
-    lines.clear()
-    counted = engine.counters["recognized_unchanged"]
+    assert signed == [] and lines == []  # no text read at all
+    assert engine.counters["recognized_unchanged"] == len(pages)
     third = [orjson.loads(e) for e in _run(engine, pages, 5)]
     assert [e["event"] for e in third] == ["unchanged"] * len(pages)
-    assert signed == [] and lines == []  # no text read at all
-    assert engine.counters["recognized_unchanged"] == counted + len(pages)
+    assert signed == [] and lines == []
+    assert engine.counters["recognized_unchanged"] == 2 * len(pages)
     # a changed one is read, and only it
     changed = record("p3", f"{words(rng)}\n{FOOTER}", source="portal", title="Page 3")
     _run(engine, [changed, *pages[4:6]], 5)
@@ -277,3 +276,24 @@ def test_a_page_another_record_of_the_batch_names_is_read_in_full(before: str) -
     assert any(e["event"] == "new" and e["id"] == "x" and e["updated"] == (before == "changed") for e in events)
     assert engine.counters["recognized_unchanged"] == 0
     assert dict(engine.store.items("sigs")).keys() == {b"x"}  # signed, indexed: not prepared from the old record
+
+
+def test_a_counted_record_is_read_once_by_the_release_before() -> None:
+    """A first-time text's record has the COUNTED epoch; the release before compared epochs strictly."""
+    from stream_dedupe.storage.docrecord import COUNTED, STALE
+
+    rng = random.Random(4)
+    pages = [record(f"p{i}", f"{words(rng)}\n{FOOTER}", source="portal") for i in range(6)]
+    engine = DedupeEngine(_learning(), MemoryStore())
+    _run(engine, pages, 3)
+    stored = [DocRecord.decode(raw) for _, raw in engine.store.items("docs")]
+    assert {r.epoch for r in stored} == {COUNTED}  # carriers signed again kept it too
+    assert orjson.loads(stored[0].encode())[11] == -1
+    learned = engine.preparer.epoch("portal")
+    assert learned == 3
+    # the recognition of the release before: ``prior.epoch == epoch``, and an epoch is never negative
+    assert all(r.epoch != e for r in stored for e in range(learned + 1))
+    assert STALE < 0 and STALE != COUNTED
+    # a changed re-crawl is not counted: its record keeps the epoch it was stripped at
+    _run(engine, [record("p0", f"{words(rng)}\n{FOOTER}", source="portal")], 1)
+    assert DocRecord.decode(dict(engine.store.items("docs"))[b"p0"]).epoch == learned

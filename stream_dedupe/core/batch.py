@@ -21,9 +21,10 @@ from stream_dedupe.core.boilerplate import BoilerplateLearner, TextLines
 from stream_dedupe.core.lshindex import LshIndex
 from stream_dedupe.core.normalize import title_key
 from stream_dedupe.core.records import Document
-from stream_dedupe.core.recrawl import named_once, recognized, text_fingerprint
+from stream_dedupe.core.recrawl import epoch_current, named_once, recognized, text_fingerprint
 from stream_dedupe.core.rows import stack_rows
 from stream_dedupe.core.signer import Signed, Signer
+from stream_dedupe.storage.docrecord import COUNTED
 from stream_dedupe.storage.state import (
     SKIPPED_BANDS_PREFIX,
     DocRecord,
@@ -366,17 +367,19 @@ class BatchPreparer:
             ]
         )
         start = learner.stripped_lines
+        pending = learner.pending  # carriers of lines learned in this batch, signed again at its end
         texts, stripped = [], []
         for k, (doc, lines, first_time) in enumerate(zip(docs, forms, first_times, strict=True)):
             epoch = learner.epoch(doc.source)
             if epochs is not None:
-                epochs[k] = epoch
+                # a first-time document's text is counted: its record is current at any epoch (recrawl.py)
+                epochs[k] = COUNTED if first_time else epoch
             prior = skip[k]
-            if prior is not None and prior.epoch == epoch:
+            if prior is not None and epoch_current(prior.epoch, epoch) and doc.doc_id not in pending:
                 texts.append(doc.text)  # recognized: not stripped, not signed (prepared from its record)
                 stripped.append(False)
                 continue
-            if prior is not None:  # a line learned before its turn: read in full after all
+            if prior is not None:  # a line learned before its turn (or of its text): read in full after all
                 skip[k] = None
             before = learner.stripped_lines
             texts.append(learner.strip_and_count(doc.text, doc.source, first_time, doc.doc_id, lines))

@@ -30,12 +30,13 @@ from stream_dedupe.core.layout import resolve
 from stream_dedupe.core.lshindex import LshIndex
 from stream_dedupe.core.rebuild import rebuild_index
 from stream_dedupe.core.records import Deletion, Document, Invalid, Record, parse_document
-from stream_dedupe.core.recrawl import current_recrawls
+from stream_dedupe.core.recrawl import carried_epoch, current, current_recrawls, text_fingerprint
 from stream_dedupe.core.sharding.gather import ShardedStore
 from stream_dedupe.core.signer import Signed, Signer
 from stream_dedupe.core.unionfind import ClusterInfo, UnionFind
 from stream_dedupe.errors import StateMismatchError
 from stream_dedupe.storage.base import KVStore
+from stream_dedupe.storage.docrecord import COUNTED, STALE
 from stream_dedupe.storage.state import SKIPPED_BANDS_KEPT, DocRecord, StateView
 
 _PARAMS_KEY = b"params"
@@ -221,11 +222,19 @@ class DedupeEngine:
         ]
         events: list[ev.Event] = []
         kept = {key: self.counters[key] for key in _DOCUMENT_COUNTERS}
-        items = self.preparer.keyed(docs, self.signer.sign(texts), self.lsh)
+        fingerprints = [text_fingerprint(d) for d in docs]
+        epochs = [
+            carried_epoch(self.state.doc(d.doc_id), f, self.preparer.epoch(d.source))
+            for d, f in zip(docs, fingerprints, strict=True)
+        ]
+        items = self.preparer.keyed(docs, self.signer.sign(texts), self.lsh, fingerprints, epochs)
         self.state.prefetch("exact", [item.content_hash for item in items])
         self.preparer.prefetch_neighbours(items, self.lsh)
         for item in items:
             prior = self.state.doc(item.doc.doc_id)
+            if prior is not None and item.tokens == 0 and prior.epoch == COUNTED:
+                # it keeps its earlier version, whose text now holds a learned line: read it in full next time
+                self.state.put_doc(item.doc.doc_id, dataclasses.replace(prior, epoch=STALE))
             if prior is None or prior.content_hash == item.content_hash or item.tokens == 0:
                 continue
             self.counters["resigned"] += 1
@@ -282,7 +291,7 @@ class DedupeEngine:
         self.counters["documents"] += 1
         if prior is not None and prior.content_hash == item.content_hash:
             self.counters["unchanged"] += 1
-            if item.fingerprint is not None and (prior.fingerprint, prior.epoch) != (item.fingerprint, item.epoch):
+            if item.fingerprint is not None and not current(prior, item.fingerprint, item.epoch):
                 # read in full, and its text gives the stored key: the next re-crawl need not read it
                 state.put_doc(doc.doc_id, dataclasses.replace(prior, fingerprint=item.fingerprint, epoch=item.epoch))
             return [

@@ -19,6 +19,22 @@ The invariant that makes it exact: a record's ``content_hash``, ``fingerprint`` 
 are always written together, from one text (the engine's ``_decide``, the batch fast path, a
 carrier signed again, and an ``unchanged`` decision that refreshes the two fields when it read
 the text anyway). A record of an older version has no fingerprint and takes the full path, once.
+
+**Counted texts need no epoch.** The epoch is conservative: a line learned for a source makes
+every record of that source older than it, although most of their texts do not hold the line.
+A document decided for the first time has its text *counted*: each of its lines not learned yet
+names the document among its carriers, and when such a line is learned every carrier is signed
+and decided again (``DedupeEngine._resign_carriers``) and its record rewritten. So a record
+written from a counted text is current whatever is learned later: a line its text holds makes it
+a carrier and rewrites it, a line it does not hold strips nothing from it. Its epoch is
+:data:`~stream_dedupe.storage.docrecord.COUNTED`, kept while the record is rewritten from the
+same text (an ``unchanged`` decision, a carrier signed again); a changed re-crawl is not counted
+(re-crawling a page never makes its own lines boilerplate), so its record keeps a plain epoch.
+Between a line's learning and the end of its batch, when the carriers are signed again, a
+carrier's record is not current yet: :func:`current` is checked with the batch's pending carriers
+at each document's turn. A carrier that cannot be signed again (no words would be left) has its
+record marked :data:`~stream_dedupe.storage.docrecord.STALE`, read in full at its next re-crawl.
+A release before this one compares a counted record's epoch with its own and reads the text once.
 """
 
 from __future__ import annotations
@@ -29,6 +45,7 @@ from collections.abc import Callable, Collection, Sequence
 import mmh3
 
 from stream_dedupe.core.records import Document
+from stream_dedupe.storage.docrecord import COUNTED
 from stream_dedupe.storage.state import DocRecord, StateView
 
 
@@ -47,6 +64,28 @@ def text_fingerprint(doc: Document) -> bytes:
     text = mmh3.hash_bytes(doc.text.encode("utf-8", "surrogatepass"))
     head = f"{_field(doc.source)}{_field(doc.title)}".encode("utf-8", "surrogatepass")
     return mmh3.hash_bytes(head + text)[:8]
+
+
+def current(prior: DocRecord | None, fingerprint: bytes, epoch: int) -> bool:
+    """True if ``prior`` was derived from the text of ``fingerprint`` stripped as it would be now.
+
+    ``epoch``: the lines learned for the document's source now. A counted record
+    (:data:`~stream_dedupe.storage.docrecord.COUNTED`) is current at any epoch, except while its
+    document waits to be signed again as a carrier of a line learned in the batch (the caller
+    checks that at the document's turn).
+    """
+    return prior is not None and prior.fingerprint == fingerprint and epoch_current(prior.epoch, epoch)
+
+
+def epoch_current(record_epoch: int, epoch: int) -> bool:
+    """True if a record stripped at ``record_epoch`` strips alike at ``epoch`` (see :func:`current`)."""
+    return record_epoch in (epoch, COUNTED)
+
+
+def carried_epoch(prior: DocRecord | None, fingerprint: bytes, epoch: int) -> int:
+    """The epoch of a carrier's record signed again now: counted still if it is the counted text, else ``epoch``."""
+    counted = prior is not None and prior.epoch == COUNTED and prior.fingerprint == fingerprint
+    return COUNTED if counted else epoch
 
 
 def named_once(docs: Sequence[Document], removed: Collection[str]) -> set[str]:
@@ -81,8 +120,7 @@ def recognized(
     out: list[DocRecord | None] = []
     for doc, fingerprint, epoch in zip(docs, fingerprints, epochs, strict=True):
         prior = state.doc(doc.doc_id) if doc.doc_id in alone else None
-        same = prior is not None and prior.fingerprint == fingerprint and prior.epoch == epoch
-        out.append(prior if same else None)
+        out.append(prior if current(prior, fingerprint, epoch) else None)
     return out
 
 
@@ -109,10 +147,4 @@ def current_recrawls(
     alone = named_once(docs, removed)
     ids = [d.doc_id for d in docs if d.doc_id in alone]
     records = dict(zip(ids, state.committed_docs(ids), strict=True)) if ids else {}
-    out = []
-    for doc in docs:
-        prior = records.get(doc.doc_id)
-        out.append(
-            prior is not None and prior.fingerprint == text_fingerprint(doc) and prior.epoch == epoch(doc.source)
-        )
-    return out
+    return [current(records.get(doc.doc_id), text_fingerprint(doc), epoch(doc.source)) for doc in docs]

@@ -21,6 +21,15 @@ def dumps(value: Any) -> bytes:
     return memoryview(orjson.dumps(value)).tobytes()
 
 
+#: The ``epoch`` of a record whose text was counted by boilerplate learning when first decided:
+#: every line of it that is learned later names the document among its carriers, which are
+#: signed again then, so the record stays current whatever is learned (:mod:`~stream_dedupe.core.recrawl`).
+#: A release before this one compares it with an epoch (never negative) and reads the text once.
+COUNTED = -1
+#: The ``epoch`` of a record no re-crawl may be recognized by: its text must be read once.
+STALE = -2
+
+
 @dataclass(frozen=True)
 class DocRecord:
     """What the state keeps about each document.
@@ -42,7 +51,8 @@ class DocRecord:
             or None (a record written before version 4).
         epoch: How many boilerplate lines of its source were learned when that text was stripped: with the
             fingerprint, what lets an unchanged re-crawl be recognized without reading its text
-            again (:mod:`~stream_dedupe.core.recrawl`).
+            again (:mod:`~stream_dedupe.core.recrawl`); :data:`COUNTED` for a text counted when
+            first decided, :data:`STALE` for one that must be read again.
 
     """
 
