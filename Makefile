@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# the development and test tools (pytest, ruff, mypy, ...) on top: not for `make demo`
+DEV    := $(VENV)/.installed-dev
 # compiled kernels: built again when a kernel's source changes (the ahead-of-time module is keyed by it)
 KERNELS := $(VENV)/.kernels
 KERNEL_SOURCES := $(addprefix stream_dedupe/core/,kernels.py lsh.py bandindex.py lineform.py linekeys.py verify.py)
@@ -12,8 +14,12 @@ KERNEL_SOURCES := $(addprefix stream_dedupe/core/,kernels.py lsh.py bandindex.py
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]' -c constraints.txt  # locked versions: tools/update-constraints.sh
+	$(BIN)/pip install -q -e . -c constraints.txt  # locked versions: tools/update-constraints.sh
 	touch $(STAMP)
+
+$(DEV): $(STAMP)
+	$(BIN)/pip install -q -e '.[dev]' -c constraints.txt
+	touch $(DEV)
 
 $(KERNELS): $(STAMP) $(KERNEL_SOURCES)
 	$(BIN)/python -m stream_dedupe.warmup  # numba kernels into their cache, then the ahead-of-time module (core/aot.py)
@@ -49,23 +55,23 @@ tools:
 	@bash tools/helm/install.sh >/dev/null  # helm, built once with Go into ~/.cache/stream-dedupe/helm
 
 ## test: lint, type-check and run the whole test suite
-test: $(KERNELS) bytecode tools lint
+test: $(DEV) $(KERNELS) bytecode tools lint
 	$(BIN)/python -m pytest -q
 
-lint: $(STAMP)
+lint: $(DEV)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .  # code and the README's and docs' Python examples
 	$(BIN)/mypy
 
 ## bench: embedded engine beside datasketch on the same documents (see BENCHMARKS.md)
-bench: $(KERNELS) bytecode
+bench: $(DEV) $(KERNELS) bytecode
 	$(BIN)/python bench/bench_embedded.py --docs 20000
 
 ## bench-peers: stream-dedupe beside rensa, datasketch and datatrove (its own venv), fresh processes, interleaved rounds (BENCHMARKS.md)
 DATATROVE_VENV := bench/out/datatrove-venv
 #: A real corpus (mail and forum text) for a second run, when the shared data is beside the repo.
 NEWSGROUPS ?= ../shared/data/20newsgroups_bydate.jsonl.gz
-bench-peers: $(KERNELS) bytecode
+bench-peers: $(DEV) $(KERNELS) bytecode
 	$(BIN)/pip install -q -e '.[bench]'
 	@test -x $(DATATROVE_VENV)/bin/python || { $(PYTHON) -m venv $(DATATROVE_VENV) && \
 	    $(DATATROVE_VENV)/bin/pip install -q 'datatrove==0.10.1' regex tokenizers 'xxhash<4' nltk orjson spacy; } || \
@@ -76,16 +82,16 @@ bench-peers: $(KERNELS) bytecode
 	    --json bench/out/peers-newsgroups.json
 
 ## bench-worker: end to end through a real broker, beside the embedded engine (starts its own broker)
-bench-worker: $(KERNELS) bytecode
+bench-worker: $(DEV) $(KERNELS) bytecode
 	$(BIN)/python bench/bench_worker.py --docs 20000
 
 ## bench-scale-out: decide stage ceiling in isolation; 1 vs 2 workers; takeover after kill -9 (~20 min)
-bench-scale-out: $(KERNELS) bytecode
+bench-scale-out: $(DEV) $(KERNELS) bytecode
 	$(BIN)/python bench/bench_index.py --docs 20000 --rounds 3 --json bench/out/index.json
 	$(BIN)/python bench/bench_scale_out.py --docs 20000 --failover-docs 100000 --rounds 2 --standby-settle 30
 
 ## bench-scale: cost from 10k to 1M documents, engine beside datasketch (~15 min, ~5 GB in /tmp/sd-bench-scale; BENCHMARKS.md)
-bench-scale: $(KERNELS) bytecode
+bench-scale: $(DEV) $(KERNELS) bytecode
 	$(BIN)/python bench/bench_scale.py --sizes 10000,100000,1000000 --repeat-pair
 
 clean:

@@ -53,7 +53,9 @@ LearnOpt = Annotated[
 ]
 MinDocsOpt = Annotated[
     int | None,
-    typer.Option(help=default_help("Documents of a source a line must occur in.", DEFAULTS.boilerplate.min_docs)),
+    typer.Option(
+        help=default_help("Documents of a source a line must occur in (0: off).", DEFAULTS.boilerplate.min_docs)
+    ),
 ]
 MinLineTokensOpt = Annotated[
     int | None,
@@ -62,12 +64,27 @@ MinLineTokensOpt = Annotated[
 
 
 def boilerplate_config(learn: bool | None, min_docs: int | None, min_tokens: int | None) -> BoilerplateConfig | None:
-    """The learning settings given on the command line, or None when none was given."""
+    """The learning settings given on the command line, or None when none was given.
+
+    ``min_docs`` 0 turns learning off, as the worker's ``--boilerplate-min-docs 0`` does; other
+    values are checked by :class:`~stream_dedupe.config.BoilerplateConfig` (never replaced by
+    the default).
+    """
     if learn is None and min_docs is None and min_tokens is None:
         return None
     defaults = BoilerplateConfig()
+    if min_docs == 0:
+        if learn:
+            raise ConfigError(
+                "--learn-boilerplate and --boilerplate-min-docs 0 (learning off) contradict each other: pass one"
+            )
+        learn, min_docs = False, None
     learning = defaults.learn if learn is None else learn
-    return BoilerplateConfig(learning, min_docs or defaults.min_docs, min_tokens or defaults.min_tokens)
+    return BoilerplateConfig(
+        learning,
+        defaults.min_docs if min_docs is None else min_docs,
+        defaults.min_tokens if min_tokens is None else min_tokens,
+    )
 
 
 SourceThresholdOpt = Annotated[

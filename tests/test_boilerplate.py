@@ -142,3 +142,35 @@ def test_learning_is_retroactive_and_order_independent() -> None:
     clusters, _ = reference  # type: ignore[misc]
     assert all(len({m[1:] for m in c["members"]}) >= 1 for c in clusters)  # type: ignore[index]
     assert len(clusters) == 8  # type: ignore[arg-type]
+
+
+def test_the_command_line_reads_min_docs_0_as_off_as_the_worker_does(tmp_path: Path) -> None:
+    """``--boilerplate-min-docs 0`` is "off" in the worker; the embedded commands once read it as the default (100)."""
+    import pytest
+
+    from stream_dedupe.errors import ConfigError
+    from stream_dedupe.options import boilerplate_config
+
+    assert boilerplate_config(None, 0, None) == BoilerplateConfig(learn=False)
+    assert boilerplate_config(False, 0, None) == BoilerplateConfig(learn=False)
+    assert boilerplate_config(None, 7, None) == BoilerplateConfig(learn=True, min_docs=7)
+    assert boilerplate_config(None, None, None) is None
+    with pytest.raises(ConfigError, match="contradict"):
+        boilerplate_config(True, 0, None)
+    with pytest.raises(ConfigError, match="min_tokens must be at least 1"):  # not silently 3
+        boilerplate_config(None, None, 0)
+    state = tmp_path / "state"
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in footer_corpus(30, seed=2)))
+    cli = [sys.executable, "-m", "stream_dedupe", "dedupe", str(corpus), "--state", str(state), "--no-progress"]
+    result = subprocess.run([*cli, "--boilerplate-min-docs", "0"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    from stream_dedupe.core.engine import stored_params
+    from stream_dedupe.storage.rocks import RocksStore
+
+    store = RocksStore(state)
+    try:
+        params = stored_params(store)
+        assert params is not None and params.boilerplate.learn is False
+    finally:
+        store.close()
