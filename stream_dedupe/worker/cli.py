@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from stream_dedupe.worker.errors import WorkerConfigError
 from stream_dedupe.worker.logfilters import RepeatFilter
 from stream_dedupe.worker.settings import WorkerSettings, env_var
 
@@ -90,6 +91,13 @@ def worker(
     title_guard: Annotated[
         str | None, _opt("title_guard", "on/off: documents whose titles differ are never duplicates [default: on].")
     ] = None,
+    no_title_guard: Annotated[
+        bool, typer.Option("--no-title-guard", help="The same as --title-guard off (as dedupe takes it).")
+    ] = False,
+    no_learn_boilerplate: Annotated[
+        bool,
+        typer.Option("--no-learn-boilerplate", help="The same as --boilerplate-min-docs 0 (as dedupe takes it)."),
+    ] = False,
     verify: Annotated[str | None, _opt("verify", "Verification: exact or estimate [default: exact].")] = None,
     web_host: Annotated[str | None, _opt("web_host", "HTTP bind address [default: 127.0.0.1].")] = None,
     web_port: Annotated[
@@ -176,9 +184,29 @@ def worker(
     ] = None,
 ) -> None:
     """Run the Kafka worker: dedupe the input topic into events, a compacted canonical topic and a DLQ."""
-    flags = {k: v for k, v in locals().items()}
-    settings = WorkerSettings.load(**flags)
-    run_worker(settings)
+    run_worker(settings_from_flags(locals()))
+
+
+#: ``dedupe``'s switches the worker takes too, as the worker setting and value they stand for.
+_SWITCHES = {"no_title_guard": ("title_guard", "off"), "no_learn_boilerplate": ("boilerplate_min_docs", 0)}
+
+
+def settings_from_flags(given: dict[str, Any]) -> WorkerSettings:
+    """The worker's settings from its command-line flags (None: not given), ``dedupe``'s switches translated.
+
+    Raises:
+        WorkerConfigError: a switch contradicts the flag it stands for, or a setting is invalid.
+
+    """
+    flags = {k: v for k, v in given.items() if k not in _SWITCHES}
+    for switch, (name, value) in _SWITCHES.items():
+        if not given.get(switch):
+            continue
+        if flags.get(name) not in (None, value):
+            option, other = "--" + switch.replace("_", "-"), "--" + name.replace("_", "-")
+            raise WorkerConfigError(f"{option} and {other} {flags[name]} contradict each other: pass one of them")
+        flags[name] = value
+    return WorkerSettings.load(**flags)
 
 
 def run_worker(settings: WorkerSettings) -> None:
