@@ -71,3 +71,20 @@ def test_tune_writes_scurve_and_a_review_page_a_browser_renders(tmp_path: Path) 
         check=True,
     )
     assert shot.read_bytes().startswith(b"\x89PNG") and shot.stat().st_size > 20_000
+
+
+def test_tune_takes_the_layout_dedupe_takes(tmp_path: Path) -> None:
+    """``--bands/--rows`` pin the layout whose S-curve is drawn, as they pin dedupe's; the default is chosen."""
+    corpus = tmp_path / "crawl.jsonl"
+    corpus.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in generate(120, seed=5, dup_fraction=0.4)))
+    tune = [sys.executable, "-m", "stream_dedupe", "tune", str(corpus), "--pairs", "3"]
+    pinned = subprocess.run([*tune, "--out", str(tmp_path / "a"), "--bands", "16", "--rows", "8"], **_RUN)
+    assert pinned.returncode == 0, pinned.stderr
+    assert "(16 bands x 8 rows)" in pinned.stderr
+    chosen = subprocess.run([*tune, "--out", str(tmp_path / "b")], **_RUN)
+    assert chosen.returncode == 0 and "bands x" in chosen.stderr and "(16 bands x 8 rows)" not in chosen.stderr
+    half = subprocess.run([*tune, "--out", str(tmp_path / "c"), "--bands", "16"], **_RUN)
+    assert half.returncode == 2 and "give both bands and rows" in half.stderr
+
+
+_RUN: dict = {"capture_output": True, "text": True, "timeout": 300}

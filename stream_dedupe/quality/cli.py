@@ -149,6 +149,10 @@ def tune(
     num_perm: NumPermOpt = None,
     shingle: ShingleOpt = None,
     lsh_margin: LshMarginOpt = None,
+    bands: Annotated[
+        int | None, typer.Option(help=default_help("LSH bands (with --rows), as dedupe takes them.", "chosen"))
+    ] = None,
+    rows: Annotated[int | None, typer.Option(help=default_help("Rows per LSH band (with --bands).", "chosen"))] = None,
     pairs: Annotated[int, typer.Option(help="Borderline pairs on the review page.")] = 40,
 ) -> None:
     """Plot the LSH S-curve over the corpus and write a review page of the borderline pairs."""
@@ -158,16 +162,16 @@ def tune(
     from stream_dedupe.quality.review_page import write_review_page
     from stream_dedupe.quality.tune import candidate_pairs, plot_scurve
 
-    params, raws, skipped = _load(
-        corpus, {"threshold": threshold, "num_perm": num_perm, "lsh_margin": lsh_margin, "shingle": shingle}
-    )
+    given = {"threshold": threshold, "num_perm": num_perm, "lsh_margin": lsh_margin, "shingle": shingle}
+    params, raws, skipped = _load(corpus, {**given, "bands": bands, "rows": rows})
     skipped.report(Console(stderr=True, soft_wrap=True))
     result = candidate_pairs(raws, params)
     out.mkdir(parents=True, exist_ok=True)
     plot_scurve(result, out / "lsh-scurve.png")
     shown = write_review_page(result, out / "borderline.html", pairs)
     Console(stderr=True, soft_wrap=True).print(
-        f"{len(result.pairs):,} candidate pairs; wrote {out / 'lsh-scurve.png'} and "
+        f"{len(result.pairs):,} candidate pairs ({result.params.bands} bands x {result.params.rows} rows); wrote "
+        f"{out / 'lsh-scurve.png'} and "
         f"{out / 'borderline.html'} ({shown} borderline pairs)"
     )
 
