@@ -30,7 +30,7 @@ from aiokafka import TopicPartition  # type: ignore[import-untyped]
 from aiokafka.abc import ConsumerRebalanceListener  # type: ignore[import-untyped]
 from aiokafka.errors import CommitFailedError, KafkaError  # type: ignore[import-untyped]
 
-from stream_dedupe.core.records import Document, ParseLimits, parse_keyed, peek_id
+from stream_dedupe.core.records import Deletion, Document, ParseLimits, parse_keyed, peek_id
 from stream_dedupe.core.signer import Signed, Signer
 from stream_dedupe.sign_pool import LIVENESS_SECONDS, SignPool, SignPoolError
 from stream_dedupe.worker.metrics import WorkerMetrics
@@ -194,6 +194,8 @@ class SignStage:
                     parsed = parse_keyed(key, value, self.limits)
                     if isinstance(parsed, Document):
                         docs.append((len(records), parsed))
+                    elif isinstance(parsed, Deletion):  # {"id": ..., "deleted": true}
+                        deleted.add(parsed.doc_id)
                 records.append((key, value))
                 headers.append(h)
             if messages:
