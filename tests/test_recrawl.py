@@ -297,3 +297,69 @@ def test_a_counted_record_is_read_once_by_the_release_before() -> None:
     # a changed re-crawl is not counted: its record keeps the epoch it was stripped at
     _run(engine, [record("p0", f"{words(rng)}\n{FOOTER}", source="portal")], 1)
     assert DocRecord.decode(dict(engine.store.items("docs"))[b"p0"]).epoch == learned
+
+
+@pytest.mark.parametrize("kind", ["id-from-key", "long-id", "large-metadata"])
+def test_a_carrier_the_worker_accepted_is_signed_again_and_recognized_alike(kind: str) -> None:
+    """Found by review: a carrier whose stored JSON the default bounds reject was never signed again.
+
+    The worker accepts a document whose id is its Kafka key (none in the JSON), and wider bounds
+    than the defaults (``--max-id-bytes``, metadata limits). Learning must be retroactive for it
+    too, and recognition must decide its re-crawl as reading its text does.
+    """
+    from stream_dedupe.core.records import ParseLimits, parse_keyed
+
+    rng = random.Random(1)
+    line = "shared notice " + " ".join(f"n{j}" for j in range(8))
+    fields: dict[str, object] = {"text": f"{words(rng)}\n{line}", "source": "portal"}
+    limits = ParseLimits(max_id_bytes=2048, max_metadata_bytes=1 << 20)
+    key = b"x"
+    if kind == "long-id":
+        key = b"x" * 600
+        fields["id"] = key.decode()
+    elif kind == "large-metadata":
+        fields["id"] = "x"
+        fields["metadata"] = {"blob": "m" * 70_000}
+    carrier = parse_keyed(key, orjson.dumps(fields), limits)
+    assert isinstance(carrier, Document)
+    others = [record(f"o{i}", f"{words(rng)}\n{line}", source="portal") for i in range(2)]
+    results = []
+    for recognize in (True, False):
+        engine = DedupeEngine(_learning(min_docs=3), MemoryStore())
+        engine.preparer.recognize = recognize
+        events = [orjson.loads(e) for batch in ([carrier], others, [carrier]) for e in _run(engine, batch, len(batch))]
+        results.append((events, {ns: list(engine.store.items(ns)) for ns in NAMESPACES}))
+        assert engine.counters["resigned"] == 3  # every carrier of the line, this one too
+        assert events[-1]["event"] == "unchanged" and events[-1]["id"] == carrier.doc_id
+    assert results[0] == results[1]
+
+
+def test_a_carrier_left_without_words_is_read_in_full_at_its_next_recrawl() -> None:
+    """A carrier that cannot be signed again (a strip pattern takes the rest) keeps its version, marked STALE."""
+    from stream_dedupe.config import NormalizationConfig
+    from stream_dedupe.storage.docrecord import STALE
+
+    rng = random.Random(3)
+    line = "shared notice " + " ".join(f"n{j}" for j in range(6))
+    params = DedupeParams(
+        min_tokens=3,
+        normalization=NormalizationConfig(strip_patterns=(r"\bzz\w*",)),
+        boilerplate=BoilerplateConfig(learn=True, min_docs=2, min_tokens=3),
+    )
+    x = record("x", f"zza zzb zzc\n{line}", source="s")
+    other = record("o1", f"{words(rng)}\n{line}", source="s")
+    results = []
+    for recognize in (True, False):
+        engine = DedupeEngine(params, MemoryStore())
+        engine.preparer.recognize = recognize
+        events = [e for batch in ([x], [other], [x], [x]) for e in _run(engine, batch, len(batch))]
+        results.append((events, {ns: list(engine.store.items(ns)) for ns in NAMESPACES}))
+    assert results[0] == results[1]
+    engine = DedupeEngine(params, MemoryStore())
+    _run(engine, [x], 1)
+    _run(engine, [other], 1)  # learns the line: x is its carrier, and nothing would be left of it
+    assert DocRecord.decode(dict(engine.store.items("docs"))[b"x"]).epoch == STALE
+    (event,) = [orjson.loads(e) for e in _run(engine, [x], 1)]
+    # read in full: without the learned line its text is empty, and it leaves the index
+    assert event["event"] == "invalid" and event["reason"] == "empty-text"
+    assert engine.counters["recognized_unchanged"] == 0

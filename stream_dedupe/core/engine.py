@@ -29,7 +29,7 @@ from stream_dedupe.core.hidden_pairs import HiddenPairs
 from stream_dedupe.core.layout import resolve
 from stream_dedupe.core.lshindex import LshIndex
 from stream_dedupe.core.rebuild import rebuild_index
-from stream_dedupe.core.records import Deletion, Document, Invalid, Record, parse_document
+from stream_dedupe.core.records import Deletion, Document, Invalid, ParseLimits, Record, parse_keyed
 from stream_dedupe.core.recrawl import carried_epoch, current, current_recrawls, text_fingerprint
 from stream_dedupe.core.sharding.gather import ShardedStore
 from stream_dedupe.core.signer import Signed, Signer
@@ -40,6 +40,8 @@ from stream_dedupe.storage.docrecord import COUNTED, STALE
 from stream_dedupe.storage.state import SKIPPED_BANDS_KEPT, DocRecord, StateView
 
 _PARAMS_KEY = b"params"
+#: A stored document was valid when it was decided: it is read again without bounds.
+_STORED_LIMITS = ParseLimits(1 << 40, 1 << 40, 1 << 40, 1 << 40)
 #: Counters of document outcomes, which a carrier decided again does not count twice.
 _DOCUMENT_COUNTERS = ("documents", "replaced", "new", "new_in_cluster", "duplicates", "exact_duplicates")
 _SEQ_KEY = b"seq"
@@ -210,9 +212,14 @@ class DedupeEngine:
         self.state.prefetch("docs", keys)
         for doc_id in ids:
             raw = self.state.document_json(doc_id)
-            record = None if raw is None else parse_document(raw, len(raw))
+            # read as it was accepted: its id may be its Kafka key's (absent from the JSON), and
+            # the worker's bounds may be wider than the defaults
+            record = None if raw is None else parse_keyed(doc_id.encode("utf-8"), raw, _STORED_LIMITS)
             if isinstance(record, Document):
                 docs.append(record)
+            elif (lost := self.state.doc(doc_id)) is not None and lost.epoch == COUNTED:
+                # not signed again, so not current any more (recrawl.py): read in full next time
+                self.state.put_doc(doc_id, dataclasses.replace(lost, epoch=STALE))
         learner = self.boilerplate
         texts = [
             learner.strip_and_count(d.text, d.source, False, lines=lines)
