@@ -297,8 +297,11 @@ def test_make_warms_the_kernels_after_installing() -> None:
     makefile = (REPO / "Makefile").read_text()
     recipe = makefile.split("$(KERNELS): $(STAMP)", 1)[1].split("\n\n", 1)[0]  # after the install, before any use
     assert "stream_dedupe.warmup" in recipe
+    rules = {line.split(":", 1)[0]: line.split(":", 1)[1].split() for line in makefile.splitlines() if ": " in line}
     for target in ("demo", "test", "bench", "bench-peers", "bench-worker", "bench-scale", "bench-scale-out"):
-        assert f"\n{target}: $(KERNELS)" in makefile, target
+        assert "$(KERNELS)" in rules[target], target
+    # the demo installs the package only; what tests and benchmarks drive comes with the dev extras
+    assert "$(DEV)" not in rules["demo"] and all("$(DEV)" in rules[t] for t in ("test", "lint", "bench"))
 
 
 def test_warmup_module_compiles_into_the_given_cache(tmp_path: Path) -> None:
