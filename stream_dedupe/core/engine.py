@@ -201,7 +201,7 @@ class DedupeEngine:
         Their stored original is stripped with the learned set as it is now, so that every
         document in the state is stripped alike (learning is retroactive). A carrier decided
         again emits cluster and cover events (with its own id), never a second document event;
-        one that would be left with no words keeps its earlier version.
+        one that would be left with no words (or cannot be read again) keeps its earlier version.
         """
         assert self.boilerplate is not None
         ids = sorted(self.boilerplate.pending)
@@ -217,9 +217,8 @@ class DedupeEngine:
             record = None if raw is None else parse_keyed(doc_id.encode("utf-8"), raw, _STORED_LIMITS)
             if isinstance(record, Document):
                 docs.append(record)
-            elif (lost := self.state.doc(doc_id)) is not None and lost.epoch == COUNTED:
-                # not signed again, so not current any more (recrawl.py): read in full next time
-                self.state.put_doc(doc_id, dataclasses.replace(lost, epoch=STALE))
+            else:
+                self._kept_unsigned(doc_id, self.state.doc(doc_id))
         learner = self.boilerplate
         texts = [
             learner.strip_and_count(d.text, d.source, False, lines=lines)
@@ -239,9 +238,8 @@ class DedupeEngine:
         self.preparer.prefetch_neighbours(items, self.lsh)
         for item in items:
             prior = self.state.doc(item.doc.doc_id)
-            if prior is not None and item.tokens == 0 and prior.epoch == COUNTED:
-                # it keeps its earlier version, whose text now holds a learned line: read it in full next time
-                self.state.put_doc(item.doc.doc_id, dataclasses.replace(prior, epoch=STALE))
+            if item.tokens == 0:
+                self._kept_unsigned(item.doc.doc_id, prior)
             if prior is None or prior.content_hash == item.content_hash or item.tokens == 0:
                 continue
             self.counters["resigned"] += 1
@@ -255,6 +253,15 @@ class DedupeEngine:
                 events.append(ev.cover_changed(item.doc.doc_id, [CoverChange(item.doc.doc_id, before, after)]))
         self.counters.update({key: value - self.counters[key] for key, value in kept.items()})
         return events
+
+    def _kept_unsigned(self, doc_id: str, prior: DocRecord | None) -> None:
+        """A carrier not signed again keeps its version, whose text holds a learned line.
+
+        Counted, that version is current no more (:mod:`~stream_dedupe.core.recrawl`): its next
+        re-crawl is read in full.
+        """
+        if prior is not None and prior.epoch == COUNTED:
+            self.state.put_doc(doc_id, dataclasses.replace(prior, epoch=STALE))
 
     def canonical_updates(self, events: Sequence[ev.Event]) -> list[tuple[str, bytes | None]]:
         """What the events change in the set of canonical documents, for a compacted topic.

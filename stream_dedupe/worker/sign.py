@@ -202,7 +202,6 @@ class SignStage:
                 last[tp] = messages[-1].offset + 1
         if docs and self.signer is not None:
             docs = self._needing_signatures(docs, deleted)
-        if docs and self.signer is not None:
             for (row, _), blob in zip(docs, await self._signatures([d.text for _, d in docs]), strict=True):
                 if blob is not None:
                     headers[row].append((SIGNED_HEADER, blob))
