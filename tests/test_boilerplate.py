@@ -7,11 +7,13 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
 
 from bench.synth import footer_corpus
 from stream_dedupe.config import BoilerplateConfig, DedupeParams
 from stream_dedupe.core.boilerplate import learned_lines
 from stream_dedupe.core.engine import DedupeEngine
+from stream_dedupe.core.records import Deletion
 from stream_dedupe.storage.base import KVStore
 from stream_dedupe.storage.state import StateView
 
@@ -52,6 +54,31 @@ def test_recrawls_do_not_turn_a_page_into_boilerplate(store: KVStore) -> None:
         engine.process([doc("page", f"{body(1)}\nrevision {version} of this page\n{FOOTER}")])
         engine.commit()
     assert list(learned_lines(StateView(store), 3)) == []
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_page_deleted_and_added_again_is_not_counted_again(store: KVStore, batched: bool) -> None:
+    """The carriers of a line name the documents counted: one page that comes and goes counts once.
+
+    It goes as a deletion, or as a re-crawl whose text has no words (``empty-text``, which takes
+    it out of the index); ``batched``: the removal and the return in one batch.
+    """
+    engine = DedupeEngine(learning(), store)
+    own = f"{body(1)}\nthis line is only ever on the one page\n{FOOTER}"
+    engine.process([doc("page", own)])
+    engine.commit()
+    for cycle in range(5):
+        gone = Deletion("page") if cycle % 2 else doc("page", "  ...  ")
+        steps = [[gone, doc("page", own)]] if batched else [[gone], [doc("page", own)]]
+        for records in steps:
+            engine.process(records)
+            engine.commit()
+    assert list(learned_lines(StateView(store), 3)) == []
+    assert engine.counters["boilerplate_lines_stripped"] == 0
+    # two other pages with the footer make three documents: the footer is learned, the page's own line is not
+    engine.process([doc("other1", f"{body(2)}\n{FOOTER}"), doc("other2", f"{body(3)}\n{FOOTER}")])
+    engine.commit()
+    assert sorted(line for _, _, line in learned_lines(StateView(store), 3)) == sorted(FOOTER.split("\n"))
 
 
 def test_footer_false_duplicates_disappear(tmp_path: Path) -> None:

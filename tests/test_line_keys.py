@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from stream_dedupe.config import BoilerplateConfig
 from stream_dedupe.core import jit, linekeys
 from stream_dedupe.core.boilerplate import (
+    _CARRIED,
     NAMESPACE,
     BoilerplateLearner,
     _has_tokens,
@@ -190,16 +191,31 @@ def test_strip_and_count_equals_the_per_line_learner(compiled: None, seed: int) 
     doc_id=st.text(min_size=1, max_size=12),
     count=st.integers(min_value=1, max_value=20),
     min_docs=st.integers(min_value=2, max_value=25),
+    carried_at=st.none() | st.integers(min_value=0, max_value=6),
 )
 def test_splicing_a_carrier_gives_the_bytes_orjson_gives(
-    carriers: list[str], doc_id: str, count: int, min_docs: int
+    carriers: list[str], doc_id: str, count: int, min_docs: int, carried_at: int | None
 ) -> None:
+    if carried_at is not None:
+        carriers.insert(carried_at, doc_id)
     raw = dumps([count, carriers])
     got = _with_carrier(raw, orjson.dumps(doc_id), min_docs)
-    if count + 1 >= min_docs:
+    if doc_id in carriers:
+        assert got is _CARRIED  # a document counted once is not counted again
+    elif count + 1 >= min_docs:
         assert got is None
     else:
         assert got == orjson.dumps([count + 1, [*carriers, doc_id]])
+
+
+@pytest.mark.parametrize(
+    "carriers",
+    [['b"', "bb"], ['x","b'], ["x\\", "b,"], ["[b]"], ['"b"'], ['b\\"'], []],
+)
+def test_a_carrier_is_found_only_as_a_whole_id(carriers: list[str]) -> None:
+    """Ids made of quotes, commas, brackets and backslashes around ``b`` do not make ``b`` a carrier."""
+    assert _with_carrier(dumps([1, carriers]), b'"b"', 100) == orjson.dumps([2, [*carriers, "b"]])
+    assert _with_carrier(dumps([1, [*carriers, "b"]]), b'"b"', 100) is _CARRIED
 
 
 def test_a_learned_value_is_never_spliced() -> None:

@@ -189,7 +189,8 @@ class BoilerplateLearner:
             text: The raw document text.
             source: The document's ``source`` (documents without one share a pool).
             count: False for a document already counted (a re-crawl of a known id), so that
-                re-crawling one page never turns its own lines into boilerplate.
+                re-crawling one page never turns its own lines into boilerplate. (A page deleted
+                and added again is counted with True, and found among its lines' carriers.)
             doc_id: The document, remembered as a carrier of its lines until they are learned.
             lines: The text's :meth:`batch_lines` when already computed (a batch computes them
                 together, and reads their counts with one multi-get).
@@ -227,12 +228,16 @@ class BoilerplateLearner:
         for key, j in seen.items():
             raw = cache[key] if key in cache else state.get(NAMESPACE, key)
             counted = first if raw is None else _with_carrier(raw, id_json, min_docs)
+            if counted is _CARRIED:
+                continue
             if counted is not None:
                 cache[key] = writes[key] = counted
                 continue
             value: list[Any] = [0, []] if raw is None else orjson.loads(raw)
-            count = int(value[0]) + 1
             carriers: list[str] = list(value[1]) if len(value) == 2 else []
+            if doc_id in carriers:
+                continue  # counted when this document was first seen (since deleted and added again)
+            count = int(value[0]) + 1
             if count >= min_docs:
                 self.learned.add(key)
                 self.learned_by_source[source] += 1
@@ -323,20 +328,31 @@ def _mixed_lines(
     return TextLines(ends, keys, words), at
 
 
+#: :func:`_with_carrier`'s answer for a document already among a line's carriers: not counted again.
+_CARRIED = b""
+
+
 def _with_carrier(raw: bytes, id_json: bytes, min_docs: int) -> bytes | None:
     """``dumps([count + 1, [*carriers, doc_id]])`` from the stored ``[count, [carriers]]`` by splicing bytes.
 
     None when the line would be learned, or the value is not in that shape (the caller decodes it
-    then). The same bytes as orjson gives (``tests/test_line_keys.py``), without decoding and
-    encoding every carrier id of every line of every document (a third of counting's time).
+    then); :data:`_CARRIED` when ``id_json`` is a carrier already: a page deleted (or emptied)
+    and added again is the same document, and counting its lines again would let one page that
+    comes and goes make its own lines boilerplate. The same bytes as orjson gives
+    (``tests/test_line_keys.py``), without decoding and encoding every carrier id of every line
+    of every document (a third of counting's time).
     """
     comma = raw.find(b",", 1)
     if comma < 0 or raw[:1] != b"[" or not raw.endswith(b"]]") or raw[comma + 1 : comma + 2] != b"[":
         return None
+    body = raw[comma + 1 : -1]
+    # an element of a JSON array of strings: an unescaped quote after "[" or "," opens a string
+    # and one before "," or "]" closes it, so this finds the id as a whole element only
+    if b"," + id_json + b"," in b"," + body[1:-1] + b",":
+        return _CARRIED
     count = int(raw[1:comma]) + 1
     if count >= min_docs:
         return None
-    body = raw[comma + 1 : -1]
     carriers = b"[" + id_json + b"]" if body == b"[]" else body[:-1] + b"," + id_json + b"]"
     return b"[%d,%s]" % (count, carriers)
 
