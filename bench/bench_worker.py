@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
 import importlib.util
 import json
 import os
@@ -74,6 +75,14 @@ def synth_docs(n: int, seed: int) -> list[bytes]:
     synth = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(synth)
     return [orjson.dumps(d) for d in synth.generate(n, seed)]
+
+
+def corpus_docs(path: Path, limit: int | None = None) -> list[bytes]:
+    """The non-blank lines of a JSONL corpus (``.jsonl`` or ``.jsonl.gz``), the first ``limit`` of them."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as lines:
+        docs = [line.rstrip(b"\r\n") for line in lines if line.strip()]
+    return docs if limit is None else docs[:limit]
 
 
 def renamed(raw: bytes, prefix: str) -> bytes:

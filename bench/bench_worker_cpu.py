@@ -5,6 +5,7 @@
         --variant "jobs 2=--jobs 2"
     python bench/bench_worker_cpu.py --tree before=/tmp/base --tree after=.   # two source trees, same flags
     python bench/bench_worker_cpu.py --recrawl 2 ...   # the same documents a third time (unchanged re-crawls)
+    python bench/bench_worker_cpu.py --corpus ../shared/data/20newsgroups_bydate.jsonl.gz ...   # real text
 
 Each variant is a fresh worker of a fresh app on one broker (started by the script, see
 bench_worker.py), fed the same documents as fast as they can be produced; the rounds interleave
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_worker import Worker, broker, produce_and_consume, synth_docs, write_result
+from bench_worker import Worker, broker, corpus_docs, produce_and_consume, synth_docs, write_result
 
 CLOCK = os.sysconf("SC_CLK_TCK")
 #: Where bench_worker.broker() keeps the broker's data (its default port).
@@ -58,9 +59,18 @@ def topic_bytes(prefix: str) -> int:
     return sum(f.stat().st_size for d in BROKER_DATA.glob(f"*{prefix}*") if d.is_dir() for f in d.glob("*.log"))
 
 
+def changelog_bytes(prefix: str, docs: int) -> dict[str, int]:
+    """Bytes per document of each state table's changelog (``<app>-state-<table>-changelog``) on the broker."""
+    tables = {
+        d.name.split("-state-", 1)[1].rsplit("-changelog", 1)[0] for d in BROKER_DATA.glob(f"{prefix}-app-state-*")
+    }
+    return {t: round(topic_bytes(f"{prefix}-app-state-{t}-changelog") / docs) for t in sorted(tables)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--docs", type=int, default=20000)
+    parser.add_argument("--docs", type=int, default=20000, help="documents (with --corpus: its first this many)")
+    parser.add_argument("--corpus", type=Path, help="a JSONL corpus (.jsonl, .jsonl.gz) instead of synth.py documents")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--variant", action="append", default=[], help='"NAME=worker flags", repeatable')
     parser.add_argument(
@@ -78,8 +88,9 @@ def main() -> None:
     flags = [(v.split("=", 1)[0], v.split("=", 1)[1].split()) for v in args.variant] or [("default", [])]
     trees = [(t.split("=", 1)[0], str(Path(t.split("=", 1)[1]).resolve())) for t in args.tree] or [("", None)]
     variants = [(f"{tree}/{name}" if tree else name, extra, path) for tree, path in trees for name, extra in flags]
-    result: dict[str, Any] = {"docs": args.docs, "cpus": os.cpu_count(), "runs": {}}
-    docs = synth_docs(args.docs, seed=1)
+    docs = corpus_docs(args.corpus, args.docs) if args.corpus else synth_docs(args.docs, seed=1)
+    result: dict[str, Any] = {"docs": len(docs), "corpus": str(args.corpus or "synth.py"), "cpus": os.cpu_count()}
+    result["runs"] = {}
     with broker(None) as bootstrap, tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         for round_no in range(args.rounds):
@@ -104,6 +115,7 @@ def main() -> None:
                     "meta_changelog_bytes_per_doc": round(
                         topic_bytes(f"{prefix}-app-state-meta-changelog") / len(docs)
                     ),
+                    "changelog_bytes_per_doc": changelog_bytes(prefix, len(docs)),
                     "loadavg": os.getloadavg()[0],
                 }
                 result["runs"].setdefault(name, []).append(row)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import gzip
 import sys
 import tempfile
 import time
@@ -26,6 +25,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_index
+from bench_worker import corpus_docs
 from synth import generate
 
 import stream_dedupe.core.engine as engine_module
@@ -77,13 +77,6 @@ def _wrap(owner: Any, name: str, label: str) -> None:
     setattr(owner, name, timed)
 
 
-def _corpus_lines(path: Path) -> list[bytes]:
-    """The non-blank lines of a JSONL file, gzipped or not."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as lines:
-        return [line for line in lines if line.strip()]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=20000)
@@ -106,7 +99,7 @@ def main() -> None:
 
         DedupeEngine.__init__ = init  # type: ignore[method-assign]
     lines = (
-        _corpus_lines(args.corpus)
+        corpus_docs(args.corpus)
         if args.corpus
         else [orjson.dumps(d) for d in generate(args.docs, 1, args.dup_fraction)]
     )
