@@ -221,3 +221,15 @@ def test_a_carrier_is_found_only_as_a_whole_id(carriers: list[str]) -> None:
 def test_a_learned_value_is_never_spliced() -> None:
     assert _with_carrier(dumps([5, "src", "a line ]]"]), b'"x"', 100) is None
     assert _with_carrier(b"[]]", b'"x"', 100) is None
+
+
+@pytest.mark.parametrize("raw", [b"", b"[", b"[1,", b"[1,[", b"[1,]]", b"1,[]]", b'[1,["x"]', b'{"a":[1]]'])
+def test_a_value_of_another_shape_is_left_to_the_decoder(raw: bytes) -> None:
+    """Cut or foreign bytes are never spliced (the caller decodes them, and fails loudly if it must)."""
+    assert _with_carrier(raw, b'"x"', 100) is None
+
+
+def test_an_empty_carrier_list_gets_its_first_carrier() -> None:
+    assert _with_carrier(b"[0,[]]", b'"x"', 100) == b'[1,["x"]]'
+    assert _with_carrier(b"[98,[]]", b'"x"', 100) == b'[99,["x"]]'
+    assert _with_carrier(b"[99,[]]", b'"x"', 100) is None  # the line is learned: decoded by the caller
