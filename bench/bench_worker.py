@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gzip
 import importlib.util
 import json
 import os
@@ -56,6 +55,7 @@ os.environ.setdefault("STREAM_DEDUPE_REPLICATION_FACTOR", "1")
 from stream_dedupe.config import DedupeParams  # noqa: E402
 from stream_dedupe.core.engine import DedupeEngine  # noqa: E402
 from stream_dedupe.core.records import parse_document  # noqa: E402
+from stream_dedupe.inputs import read_lines  # noqa: E402
 from stream_dedupe.storage.rocks import RocksStore  # noqa: E402
 from stream_dedupe.worker.topics import prepare_input_topic  # noqa: E402
 
@@ -78,10 +78,8 @@ def synth_docs(n: int, seed: int) -> list[bytes]:
 
 
 def corpus_docs(path: Path, limit: int | None = None) -> list[bytes]:
-    """The non-blank lines of a JSONL corpus (``.jsonl`` or ``.jsonl.gz``), the first ``limit`` of them."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as lines:
-        docs = [line.rstrip(b"\r\n") for line in lines if line.strip()]
+    """The non-blank lines of a JSONL corpus (read as ``dedupe`` reads its inputs), the first ``limit`` of them."""
+    docs = [item.raw for item in read_lines(str(path)) if item.raw.strip()]
     return docs if limit is None else docs[:limit]
 
 

@@ -61,9 +61,8 @@ def topic_bytes(prefix: str) -> int:
 
 def changelog_bytes(prefix: str, docs: int) -> dict[str, int]:
     """Bytes per document of each state table's changelog (``<app>-state-<table>-changelog``) on the broker."""
-    tables = {
-        d.name.split("-state-", 1)[1].rsplit("-changelog", 1)[0] for d in BROKER_DATA.glob(f"{prefix}-app-state-*")
-    }
+    dirs = BROKER_DATA.glob(f"{prefix}-app-state-*-changelog-*")  # one per topic partition: <topic>-<partition>
+    tables = {d.name.split("-state-", 1)[1].rsplit("-changelog", 1)[0] for d in dirs}
     return {t: round(topic_bytes(f"{prefix}-app-state-{t}-changelog") / docs) for t in sorted(tables)}
 
 

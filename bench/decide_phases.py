@@ -25,7 +25,6 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_index
-from bench_worker import corpus_docs
 from synth import generate
 
 import stream_dedupe.core.engine as engine_module
@@ -35,6 +34,7 @@ from stream_dedupe.core.boilerplate import BoilerplateLearner
 from stream_dedupe.core.engine import DedupeEngine
 from stream_dedupe.core.records import Document, parse_document
 from stream_dedupe.core.signer import Signer
+from stream_dedupe.inputs import read_lines
 from stream_dedupe.storage.rocks import RocksStore
 from stream_dedupe.storage.state import StateView
 
@@ -99,7 +99,7 @@ def main() -> None:
 
         DedupeEngine.__init__ = init  # type: ignore[method-assign]
     lines = (
-        corpus_docs(args.corpus)
+        [item.raw for item in read_lines(str(args.corpus)) if item.raw.strip()]
         if args.corpus
         else [orjson.dumps(d) for d in generate(args.docs, 1, args.dup_fraction)]
     )
