@@ -120,12 +120,13 @@ def _run_peer(name: str, path: Path, out: Path) -> None:
 def _corpus(path: Path, docs: int, seed: int, source: Path | None = None) -> None:
     """``docs`` synthetic documents, or the first ``docs`` lines of ``source`` (JSONL, gzipped or not)."""
     if source is not None:
-        import gzip
         import itertools
 
-        opener = gzip.open if source.suffix == ".gz" else open
-        with opener(source, "rb") as lines, open(path, "wb") as out:
-            out.writelines(itertools.islice((line for line in lines if line.strip()), docs))
+        from stream_dedupe.inputs import read_lines  # as `dedupe` reads files (gzip or not)
+
+        with open(path, "wb") as out:
+            raws = (item.raw for item in read_lines(str(source)) if item.raw.strip())
+            out.writelines(raw + b"\n" for raw in itertools.islice(raws, docs))
         return
     sys.path.insert(0, str(BENCH))
     from synth import generate

@@ -21,20 +21,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_index
-from synth import generate
 
 import stream_dedupe.core.engine as engine_module
-from stream_dedupe.config import DedupeParams
 from stream_dedupe.core.batch import BatchPreparer
 from stream_dedupe.core.boilerplate import BoilerplateLearner
 from stream_dedupe.core.engine import DedupeEngine
-from stream_dedupe.core.records import Document, parse_document
-from stream_dedupe.core.signer import Signer
-from stream_dedupe.inputs import read_lines
 from stream_dedupe.storage.rocks import RocksStore
 from stream_dedupe.storage.state import StateView
 
@@ -98,15 +91,9 @@ def main() -> None:
             self.state.resize_cache(args.cache_entries)
 
         DedupeEngine.__init__ = init  # type: ignore[method-assign]
-    lines = (
-        [item.raw for item in read_lines(str(args.corpus)) if item.raw.strip()]
-        if args.corpus
-        else [orjson.dumps(d) for d in generate(args.docs, 1, args.dup_fraction)]
-    )
+    lines = bench_index.corpus_lines(args.corpus, args.docs, args.dup_fraction)
     args.docs = len(lines)
-    signer = Signer(DedupeParams())
-    docs = [parse_document(raw, 1 << 20) for raw in lines]
-    wires = [signer.encode(s) for s in signer.sign([d.text for d in docs if isinstance(d, Document)])]
+    wires = bench_index.signed_wires(lines)
     with tempfile.TemporaryDirectory(prefix="sd-bench-phases-") as tmp:
         bench_index.decide_only(lines[:500], wires[:500], args.batch, tmp + "/warm")  # load the kernels
     for owner, name, label in PHASES:

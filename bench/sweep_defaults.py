@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gzip
 from pathlib import Path
 
 from stream_dedupe.config import DedupeParams
 from stream_dedupe.core.layout import resolve
+from stream_dedupe.inputs import read_lines
 from stream_dedupe.quality.evaluate import evaluate
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -36,9 +36,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", default=str(DATA / "20newsgroups_bydate.jsonl.gz"))
     args = parser.parse_args()
-    opener = gzip.open if args.corpus.endswith(".gz") else open
-    with opener(args.corpus, "rb") as fh:
-        raws = [line for line in fh.read().splitlines() if line.strip()]
+    raws = [item.raw for item in read_lines(args.corpus) if item.raw.strip()]
     print("| variant | bands x rows | in scope | estimate P | estimate R | exact P | exact R | candidates/doc |")
     print("|---|---|---|---|---|---|---|---|")
     for name, changes in VARIANTS:

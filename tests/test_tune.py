@@ -41,6 +41,8 @@ def test_tune_writes_scurve_and_a_review_page_a_browser_renders(tmp_path: Path) 
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
+    summary = " ".join(result.stderr.split())  # the console may wrap it
+    assert f"wrote {out / 'lsh-scurve.png'} and {out / 'borderline.html'} (12 borderline pairs)" in summary
     png = (out / "lsh-scurve.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 20_000
     page = out / "borderline.html"

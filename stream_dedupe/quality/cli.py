@@ -169,10 +169,10 @@ def tune(
     out.mkdir(parents=True, exist_ok=True)
     plot_scurve(result, out / "lsh-scurve.png")
     shown = write_review_page(result, out / "borderline.html", pairs)
+    layout = f"{result.params.bands} bands x {result.params.rows} rows"
     Console(stderr=True, soft_wrap=True).print(
-        f"{len(result.pairs):,} candidate pairs ({result.params.bands} bands x {result.params.rows} rows); wrote "
-        f"{out / 'lsh-scurve.png'} and "
-        f"{out / 'borderline.html'} ({shown} borderline pairs)"
+        f"{len(result.pairs):,} candidate pairs ({layout}); "
+        f"wrote {out / 'lsh-scurve.png'} and {out / 'borderline.html'} ({shown} borderline pairs)"
     )
 
 
