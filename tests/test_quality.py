@@ -34,6 +34,41 @@ def test_allpairs_equals_brute_force(threshold: float) -> None:
     assert all(got[k] == pytest.approx(want[k]) for k in want)
 
 
+@pytest.mark.parametrize("threshold", [0.5, 0.8])
+def test_allpairs_equals_brute_force_on_copies_of_many_sizes(threshold: float) -> None:
+    """Many exact copies (long runs of one prefix token), sizes from 1 to 120, tokens of any value."""
+    rng = np.random.default_rng(int(threshold * 10))
+    sets: list[set[int]] = []
+    for _ in range(60):
+        base = set(rng.choice(2**32 - 1, size=int(rng.integers(1, 120)), replace=False).tolist())
+        for _ in range(int(rng.integers(1, 6))):  # copies, some edited
+            copy = set(base)
+            for token in list(copy)[: int(rng.integers(0, 3))]:
+                copy.discard(token)
+            copy.update(rng.choice(2**32 - 1, size=int(rng.integers(0, 3))).tolist())
+            sets.append(copy)
+    rng.shuffle(sets)  # type: ignore[arg-type]
+    arrays = [np.array(sorted(s), dtype=np.uint32) for s in sets]
+    got = similar_pairs(arrays, threshold)
+    want = {
+        (i, j): len(sets[i] & sets[j]) / len(sets[i] | sets[j])
+        for i, j in itertools.combinations(range(len(sets)), 2)
+        if sets[i] | sets[j] and len(sets[i] & sets[j]) / len(sets[i] | sets[j]) >= threshold
+    }
+    assert len(want) > 100  # the copies make pairs
+    assert list(got) == sorted(want)
+    assert all(got[k] == pytest.approx(want[k]) for k in want)
+
+
+def test_allpairs_of_no_sets_and_of_empty_sets() -> None:
+    empty = np.zeros(0, dtype=np.uint32)
+    assert similar_pairs([], 0.8) == {}
+    assert similar_pairs([empty, empty], 0.8) == {}
+    assert similar_pairs([empty, np.array([1, 2], dtype=np.uint32), np.array([1, 2], dtype=np.uint32)], 1.0) == {
+        (1, 2): 1.0
+    }
+
+
 def test_pair_scores() -> None:
     s = pair_scores({(0, 1), (1, 2), (3, 4)}, {(0, 1), (3, 4), (5, 6), (7, 8)})
     assert (s.precision, s.recall) == (0.5, 2 / 3)
@@ -160,3 +195,48 @@ def test_eval_reports_index_checks(tmp_path: Path) -> None:
         check=True,
     ).stdout
     assert b"what the index keeps" in table and b"residual" in table
+
+
+def test_eval_says_when_learned_boilerplate_puts_a_dropped_page_under_the_threshold(tmp_path: Path) -> None:
+    """Two copies of one body that end in different learned footers: the engine drops one of them
+    (it compares the bodies), while on the full texts the pair is far under the threshold. The
+    report must not claim that loss is impossible then, and must count it."""
+    import subprocess
+    import sys
+
+    import orjson
+
+    rng = random.Random(5)
+
+    def words(n: int) -> str:
+        return " ".join(f"w{rng.randrange(3000)}" for _ in range(n))
+
+    footers = [
+        "\n".join(f"footer {name} line {i} with several words here {words(3)}" for i in range(6)) for name in "ab"
+    ]
+    docs = [
+        {"id": f"{name}{i}", "source": "s", "text": words(80) + "\n" + footers[k]}
+        for i in range(4)
+        for k, name in enumerate("ab")
+    ]
+    body = words(120).split()
+    docs.append({"id": "x", "source": "s", "text": " ".join(body) + "\n" + footers[0]})
+    docs.append({"id": "y", "source": "s", "text": " ".join(["changed", *body[1:]]) + " extra words\n" + footers[1]})
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in docs))
+
+    def run(*flags: str) -> tuple[dict[str, object], dict[str, object], str]:
+        command = [sys.executable, "-m", "stream_dedupe", "eval", str(path), "--no-datasketch", *flags]
+        report = orjson.loads(subprocess.run([*command, "--json"], capture_output=True, timeout=300, check=True).stdout)
+        table = subprocess.run(command, capture_output=True, timeout=300, check=True, text=True).stdout
+        exact = next(m for m in report["methods"] if m["method"] == "stream-dedupe verify=exact")
+        return report, exact["index"], " ".join(table.split())
+
+    report, index, table = run("--boilerplate-min-docs", "3")
+    assert report["learned_boilerplate"] is True
+    assert (index["dropped"], index["lost"]) == (1, 1)
+    assert "the engine compares the texts without their learned lines" in table and "must be 0" not in table
+    report, index, table = run("--no-learn-boilerplate")
+    assert report["learned_boilerplate"] is False
+    assert (index["dropped"], index["lost"]) == (0, 0)
+    assert "(must be 0 with --verify exact)" in table

@@ -78,6 +78,9 @@ class EvalReport:
     threshold: float
     truth_seconds: float
     methods: list[MethodResult]
+    #: True when the engine ran with learned boilerplate: it verified pairs on the texts without
+    #: their learned lines, while the ground truth and the index checks use the full texts.
+    learned_boilerplate: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -86,6 +89,7 @@ class EvalReport:
             "in_scope": self.in_scope,
             "threshold": self.threshold,
             "ground_truth_seconds": self.truth_seconds,
+            "learned_boilerplate": self.learned_boilerplate,
             "methods": [m.to_json() for m in self.methods],
         }
 
@@ -214,7 +218,7 @@ def evaluate(raws: list[bytes], params: DedupeParams, datasketch: bool = True) -
         methods.append(method)
     if datasketch:
         methods.append(_datasketch(params, buf, offsets, scope, truth))
-    return EvalReport(len(docs), len(scope), params.threshold, truth_seconds, methods)
+    return EvalReport(len(docs), len(scope), params.threshold, truth_seconds, methods, params.boilerplate.learn)
 
 
 def _datasketch(

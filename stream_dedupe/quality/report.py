@@ -92,7 +92,14 @@ def _render_index_checks(console: Console, report: EvalReport) -> None:
     console.print(table)
     console.print(
         "residual: indexed pairs still at or above the threshold; lost: dropped documents below it "
-        "against the document that replaced them (must be 0 with --verify exact)"
+        "against the document that replaced them, on the full texts "
+        + (
+            "(with learned boilerplate the engine compares the texts without their learned lines, so a "
+            "pair whose full texts differ by such lines can count here; 0 with --verify exact and "
+            "--no-learn-boilerplate)"
+            if report.learned_boilerplate
+            else "(must be 0 with --verify exact)"
+        )
     )
     for m in checked:
         assert m.index is not None
