@@ -4,7 +4,7 @@ Faust's consumer fetches only while one of its partitions is active, and the wor
 them paused (the decide stage and the shard servers read with consumers of their own). aiokafka
 makes a consumer that has not fetched for ``max_poll_interval`` leave its group, and it joins
 again only once it fetches: with Faust's default of 1,000 s every worker left the group after
-~17 minutes and the stream stopped. The test lowers Faust's *default* to 15 s in the worker's
+~17 minutes and the stream stopped. The test lowers Faust's *default* to 6 s in the worker's
 process and checks that the worker's own setting keeps it in the group, ready and deciding, past
 three times that.
 """
@@ -22,10 +22,10 @@ import orjson
 
 from tests.integration.conftest import Broker, Names, WorkerProcess, consume, n_document_events, produce
 
-#: The worker's command line, with Faust's default max poll interval lowered to 15 s.
+#: The worker's command line, with Faust's default max poll interval lowered to 6 s.
 LOW_DEFAULT = (
     "import sys, faust.types.settings.settings as s;"
-    "s.Settings.__dict__['broker_max_poll_interval'].default = 15.0;"
+    "s.Settings.__dict__['broker_max_poll_interval'].default = 6.0;"
     "from stream_dedupe.cli import main; sys.argv = ['stream-dedupe', *sys.argv[1:]]; main()"
 )
 
@@ -68,7 +68,7 @@ def test_a_worker_whose_partitions_are_all_paused_stays_in_the_group(
         w.wait_ready(120)
         produce(broker.bootstrap, names.input, [doc(0)])
         consume(broker.bootstrap, names.events, until=n_document_events(1), timeout=60, idle=0)
-        time.sleep(50)  # more than three times the lowered default, every partition paused
+        time.sleep(20)  # more than three times the lowered default, every partition paused
         assert "LeaveGroup" not in w.log(), w.log()[-3000:]
         assert w.get("/readyz")[0] == 200, w.log()[-3000:]
         assert group_members(broker.bootstrap, names.app_id) == 1
