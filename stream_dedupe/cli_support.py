@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import inspect
 import os
 import sys
 from contextlib import ExitStack
@@ -21,8 +22,29 @@ from stream_dedupe.errors import ConfigError
 EXIT_CUT_SHORT = 141
 
 
+def unwrapped(text: str) -> str:
+    r"""A docstring's paragraphs each on one line, for a terminal to wrap at its own width.
+
+    Typer 0.2x prints the line breaks of a command's docstring after its first paragraph as they
+    are, so a paragraph wrapped at 100 columns in the source came out ragged in an 80-column
+    terminal. Paragraphs marked ``\b`` (click's "do not rewrap") are kept as they are.
+    """
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(p if p.startswith("\b") else " ".join(p.split("\n")) for p in paragraphs)
+
+
 class Commands(TyperGroup):
-    """The command group: a closed stdout (``| head -1``) ends a command quietly, with exit 0."""
+    """The command group: a closed stdout (``| head -1``) ends a command quietly, with exit 0.
+
+    Its commands' help is :func:`unwrapped`.
+    """
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        """The command named ``cmd_name``, its help's paragraphs unwrapped."""
+        command = super().get_command(ctx, cmd_name)
+        if command is not None and command.help:
+            command.help = unwrapped(command.help)
+        return command
 
     def invoke(self, ctx: Any) -> Any:  # typer's (vendored) click Context
         """Run the command; on EPIPE from stdout, silence it and exit 0."""

@@ -185,6 +185,34 @@ def test_read_only_commands_refuse_a_missing_or_empty_state(tmp_path: Path) -> N
     assert sorted(p.name for p in (tmp_path / "plain").iterdir()) == ["notes.txt"]
 
 
+def test_a_help_paragraph_wrapped_in_the_source_is_filled_to_the_terminal_width() -> None:
+    """``explain``'s docstring has a second paragraph over five source lines: at 80 columns it reads
+    as one filled paragraph, not the source's line breaks wrapped again (ragged short lines)."""
+    result = subprocess.run(
+        [*CLI, "explain", "--help"], capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "80"}
+    )
+    lines = [line.rstrip() for line in result.stdout.splitlines()]
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith("With --state"))
+    paragraph = lines[start : lines.index("", start)]
+    assert len(paragraph) >= 3 and all(len(line) >= 70 for line in paragraph[:-1]), paragraph
+    assert "the title guard, min_tokens and the sources' thresholds" in " ".join(paragraph)
+
+
+def test_unwrapped_joins_the_lines_of_each_paragraph_but_a_verbatim_one() -> None:
+    from stream_dedupe.cli_support import unwrapped
+
+    text = """First line.
+
+        Second paragraph,
+        over two lines.
+
+        \b
+        kept
+        as is
+        """
+    assert unwrapped(text) == "First line.\n\nSecond paragraph, over two lines.\n\n\b\nkept\nas is"
+
+
 def test_clusters_help_says_the_state_must_exist() -> None:
     text = _help("clusters")
     assert "created if missing" not in text and "must exist" in text
