@@ -84,7 +84,11 @@ def boilerplate(
     state: ExistingStateOpt,
     source: Annotated[str | None, typer.Option(help=default_help("Only this source.", "every source"))] = None,
 ) -> None:
-    """List the learned boilerplate lines of a state: source, documents seen in, line."""
+    """List the learned boilerplate lines of a state as JSON lines: source, documents, line.
+
+    Its "documents" is how many documents of the source carried the line when it was learned: the
+    state's --boilerplate-min-docs (a learned line is stripped, and no longer counted).
+    """
     import orjson
 
     from stream_dedupe.core.boilerplate import learned_lines
