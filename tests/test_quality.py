@@ -152,6 +152,13 @@ def test_index_check_residual_and_loss_on_a_hand_built_result() -> None:
     assert (check.kept, check.dropped) == (3, 2)
     assert (check.residual_pairs, check.residual_documents) == (1, 2)  # d3 and d4 both indexed
     assert check.lost == 1 and check.lost_examples == [{"id": "d2", "representative": "d0", "similarity": 0.333333}]
+    assert check.lost_as_compared is None
+    # the sets the run compared: d2 is covered there (its text without a learned line, say), d1 is not
+    compared = {"d0": sets[0], "d1": sets[3], "d2": sets[0][:90]}
+    assert index_check(ids, sets, truth, chained, 0.8, compared).lost_as_compared == 1
+    # a pair's own threshold (per-source) decides: at 0.5 both are covered
+    assert index_check(ids, sets, truth, chained, 0.8, compared, lambda a, b: 0.0).lost_as_compared == 0
+    assert index_check(ids, sets, truth, chained, 0.8, {"d0": sets[0]}).lost_as_compared == 2  # no set: lost
     assert (check.largest_component, check.largest_cover) == (3, 3)
     covered = DedupResult.from_clusters(
         [
@@ -235,8 +242,12 @@ def test_eval_says_when_learned_boilerplate_puts_a_dropped_page_under_the_thresh
     report, index, table = run("--boilerplate-min-docs", "3")
     assert report["learned_boilerplate"] is True
     assert (index["dropped"], index["lost"]) == (1, 1)
-    assert "the engine compares the texts without their learned lines" in table and "must be 0" not in table
+    assert index["lost_as_compared"] == 0  # on the texts it compared, the engine covers what it dropped
+    assert "the engine compares the texts without their learned lines" in table
+    assert "on the full texts (must be 0" not in table
     report, index, table = run("--no-learn-boilerplate")
     assert report["learned_boilerplate"] is False
-    assert (index["dropped"], index["lost"]) == (0, 0)
-    assert "(must be 0 with --verify exact)" in table
+    assert (index["dropped"], index["lost"], index["lost_as_compared"]) == (0, 0, 0)
+    assert "on the full texts (must be 0 with --verify exact)" in table
+    estimate = next(m for m in report["methods"] if m["method"] == "stream-dedupe verify=estimate")
+    assert estimate["index"]["lost_as_compared"] is None  # no shingle sets kept: not measured

@@ -151,7 +151,14 @@ def _score(
 
 def _engine_pairs(
     params: DedupeParams, raws: list[bytes], index: dict[str, int]
-) -> tuple[set[tuple[int, int]], float, DedupResult]:
+) -> tuple[set[tuple[int, int]], float, DedupResult, dict[str, np.ndarray] | None]:
+    """Run the engine over ``raws``.
+
+    Returns:
+        The pairs it verified (as positions in ``index``), its candidates per document, its
+        decisions, and the shingle sets it compared (exact verification; else None).
+
+    """
     store = MemoryStore()
     engine = DedupeEngine(params, store)
     for start in range(0, len(raws), 512):
@@ -176,7 +183,10 @@ def _engine_pairs(
                 for y in groups.get(b, [b]):
                     link(x, y)
     docs = max(engine.counters["documents"], 1)
-    return pairs, engine.counters["candidates"] / docs, DedupResult.from_store(store)
+    compared = None
+    if params.verify == "exact":
+        compared = {key.decode("utf-8"): np.frombuffer(raw, dtype="<u4") for key, raw in store.items("sets")}
+    return pairs, engine.counters["candidates"] / docs, DedupResult.from_store(store), compared
 
 
 def evaluate(raws: list[bytes], params: DedupeParams, datasketch: bool = True) -> EvalReport:
@@ -209,12 +219,17 @@ def evaluate(raws: list[bytes], params: DedupeParams, datasketch: bool = True) -
     }
     families = [str(docs[i]["family"]) for i in scope] if all("family" in docs[i] for i in scope) else None
     truth = _Truth(pairs, len(scope), params.threshold, labels, families)
+    sources = {d["id"]: d.get("source") for d in docs}
+
+    def pair_threshold(a: str, b: str) -> float:
+        return params.pair_threshold(sources.get(a), sources.get(b))
+
     methods = []
     for mode in ("estimate", "exact"):
         started = time.perf_counter()
-        predicted, candidates, result = _engine_pairs(replace(params, verify=mode), raws, index)
+        predicted, candidates, result, compared = _engine_pairs(replace(params, verify=mode), raws, index)
         method = _score(f"stream-dedupe verify={mode}", truth, predicted, candidates, time.perf_counter() - started)
-        method.index = index_check(list(index), sets, pairs, result, params.threshold)
+        method.index = index_check(list(index), sets, pairs, result, params.threshold, compared, pair_threshold)
         methods.append(method)
     if datasketch:
         methods.append(_datasketch(params, buf, offsets, scope, truth))

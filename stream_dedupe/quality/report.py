@@ -74,7 +74,16 @@ def _render_index_checks(console: Console, report: EvalReport) -> None:
     if not checked:
         return
     table = Table(title=f"what the index keeps (label-free, exact Jaccard >= {report.threshold})", title_justify="left")
-    columns = ("method", "kept", "dropped", "residual dup. pairs", "lost", "largest cluster", "largest cover")
+    columns = (
+        "method",
+        "kept",
+        "dropped",
+        "residual dup. pairs",
+        "lost",
+        "lost as compared",
+        "largest cluster",
+        "largest cover",
+    )
     for column in columns:
         table.add_column(column, justify="left" if column == "method" else "right")
     for m in checked:
@@ -86,6 +95,7 @@ def _render_index_checks(console: Console, report: EvalReport) -> None:
             f"{c.dropped:,}",
             f"{c.residual_pairs:,}",
             f"{c.lost:,}",
+            "-" if c.lost_as_compared is None else f"{c.lost_as_compared:,}",
             f"{c.largest_component:,}",
             f"{c.largest_cover:,}",
         )
@@ -100,6 +110,7 @@ def _render_index_checks(console: Console, report: EvalReport) -> None:
             if report.learned_boilerplate
             else "(must be 0 with --verify exact)"
         )
+        + "; lost as compared: the same on the texts the engine compared (must be 0 with --verify exact)"
     )
     for m in checked:
         assert m.index is not None
