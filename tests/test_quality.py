@@ -11,6 +11,15 @@ from stream_dedupe.quality.allpairs import similar_pairs
 from stream_dedupe.quality.metrics import adjusted_rand_index, components, pair_scores
 
 
+def brute_force_pairs(sets: list[set[int]], threshold: float) -> dict[tuple[int, int], float]:
+    """Every pair at or above ``threshold``, by comparing all of them (the join's oracle)."""
+    return {
+        (i, j): len(sets[i] & sets[j]) / len(sets[i] | sets[j])
+        for i, j in itertools.combinations(range(len(sets)), 2)
+        if sets[i] | sets[j] and len(sets[i] & sets[j]) / len(sets[i] | sets[j]) >= threshold
+    }
+
+
 @pytest.mark.parametrize("threshold", [0.3, 0.5, 0.8, 0.95, 1.0])
 def test_allpairs_equals_brute_force(threshold: float) -> None:
     rng = random.Random(int(threshold * 100))
@@ -25,11 +34,7 @@ def test_allpairs_equals_brute_force(threshold: float) -> None:
     sets.append(set())
     arrays = [np.array(sorted(s), dtype=np.uint32) for s in sets]
     got = similar_pairs(arrays, threshold)
-    want = {
-        (i, j): len(sets[i] & sets[j]) / len(sets[i] | sets[j])
-        for i, j in itertools.combinations(range(len(sets)), 2)
-        if sets[i] | sets[j] and len(sets[i] & sets[j]) / len(sets[i] | sets[j]) >= threshold
-    }
+    want = brute_force_pairs(sets, threshold)
     assert got.keys() == want.keys()
     assert all(got[k] == pytest.approx(want[k]) for k in want)
 
@@ -50,11 +55,7 @@ def test_allpairs_equals_brute_force_on_copies_of_many_sizes(threshold: float) -
     rng.shuffle(sets)  # type: ignore[arg-type]
     arrays = [np.array(sorted(s), dtype=np.uint32) for s in sets]
     got = similar_pairs(arrays, threshold)
-    want = {
-        (i, j): len(sets[i] & sets[j]) / len(sets[i] | sets[j])
-        for i, j in itertools.combinations(range(len(sets)), 2)
-        if sets[i] | sets[j] and len(sets[i] & sets[j]) / len(sets[i] | sets[j]) >= threshold
-    }
+    want = brute_force_pairs(sets, threshold)
     assert len(want) > 100  # the copies make pairs
     assert list(got) == sorted(want)
     assert all(got[k] == pytest.approx(want[k]) for k in want)
