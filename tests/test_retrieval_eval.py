@@ -244,3 +244,22 @@ def test_quality_matrix_maps_verify_to_the_eval_method() -> None:
         "estimate",
     )
     assert _eval_options(["--no-title-guard"]) == (["--no-title-guard"], "exact")  # the engine's default
+
+
+def test_a_subset_searched_in_a_corpus_tokenized_once_ranks_and_scores_as_the_subset_alone() -> None:
+    """The corpus' vocabulary holds words no document of the subset has (and queries ask for them)."""
+    from stream_dedupe.quality.retrieval import Bm25Corpus, bm25_search
+
+    rng = random.Random(3)
+    texts = [text(rng, 60) for _ in range(120)]
+    queries = [" ".join(rng.sample(t.split(), 6)) for t in rng.sample(texts, 30)]
+    queries.append("zzz-unknown words only")
+    subset = sorted(rng.sample(range(len(texts)), 70))
+    corpus = Bm25Corpus(texts)
+    assert corpus.search(queries, 10) == bm25_search(texts, queries, 10)
+    alone = bm25_search([texts[i] for i in subset], queries, 10)
+    shared = corpus.search(queries, 10, subset)
+    assert shared == alone  # the same positions and scores, to the bit
+    assert sum(len(hits) for hits in shared) > 200 and shared[-1] == []
+    assert Bm25Corpus([]).search(queries, 10) == [[] for _ in queries]
+    assert corpus.search(queries, 10, []) == [[] for _ in queries]
