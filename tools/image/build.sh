@@ -180,7 +180,23 @@ if [ "$VERIFY" = 1 ]; then
     ctr=$(buildah from --pull=never --name "sd-image-verify-$$" "$TAG")
     trap 'buildah rm "$ctr" >/dev/null 2>&1 || true' EXIT
     # No --user: every command runs as the image's configured user.
-    inside() { buildah run --isolation chroot "$ctr" -- "$@"; }
+    # buildah's chroot isolation runs a sealed in-memory copy of itself; sealing it failed once with
+    # EBUSY ("Close_Fd sealing memfd copy: Device or resource busy", CI 2026-12-07): that is the
+    # runtime before the command starts, not the command, so such a run is tried once more.
+    inside() {
+        local err rc=0
+        err=$(mktemp)
+        buildah run --isolation chroot "$ctr" -- "$@" 2>"$err" || rc=$?
+        if [ "$rc" -ne 0 ] && grep -q "sealing memfd" "$err"; then
+            cat "$err" >&2
+            say "buildah run could not start the command (sealing its own copy); trying once more" >&2
+            rc=0
+            buildah run --isolation chroot "$ctr" -- "$@" 2>"$err" || rc=$?
+        fi
+        cat "$err" >&2
+        rm -f "$err"
+        return "$rc"
+    }
 
     say "verifying inside the image: user, --help, demo, healthcheck, compilers"
     inside id -u > "$OUT/uid.txt" || die "cannot run commands in the image (buildah run)"
