@@ -8,7 +8,7 @@ import pytest
 
 from stream_dedupe.errors import StateError
 from stream_dedupe.storage.base import KVStore
-from stream_dedupe.storage.rocks import RocksStore
+from stream_dedupe.storage.rocks import KEEP_LOG_FILES, RocksStore
 from stream_dedupe.storage.state import StateView
 
 
@@ -166,3 +166,11 @@ def test_rocks_merges_the_originals_less_often_than_the_rest(tmp_path: Path) -> 
     sections = {part.split("]", 1)[0]: part for part in options.split("\n[")}
     assert f"level0_file_num_compaction_trigger={DOCUMENTS_COMPACTION_TRIGGER}" in sections['CFOptions "documents"']
     assert "level0_file_num_compaction_trigger=4" in sections['CFOptions "sets"']
+
+
+def test_opening_a_state_again_and_again_keeps_a_few_rocksdb_logs(tmp_path: Path) -> None:
+    """RocksDB starts a new info LOG at every open and kept 1,000 old ones (~150 KB each here)."""
+    for _ in range(KEEP_LOG_FILES + 4):
+        RocksStore(tmp_path / "s").close()
+    old = [f.name for f in (tmp_path / "s").glob("LOG.old*")]
+    assert 0 < len(old) < KEEP_LOG_FILES

@@ -64,6 +64,11 @@ _UNIVERSAL = frozenset({"documents", "sigs", "sets"})
 #: CPU by a quarter at 100,000 and 300,000 documents (BENCHMARKS.md, "Writes without the
 #: write-ahead log"), far below the 20 runs at which RocksDB slows writes down.
 DOCUMENTS_COMPACTION_TRIGGER = 8
+#: RocksDB's info logs kept beside the current one. Every open starts a new ``LOG`` (~150 KB here:
+#: it lists every column family's options) and RocksDB keeps 1,000 old ones by default, so a
+#: state read by a command every hour, or a worker's table restarted, grew by up to ~150 MB of
+#: ``LOG.old.*`` files; a few are enough to read what the last runs logged.
+KEEP_LOG_FILES = 5
 
 
 def _options(namespace: str | None = None, cache: Any = None, memtable_bloom: bool = True, wal: bool = True) -> Any:
@@ -72,6 +77,7 @@ def _options(namespace: str | None = None, cache: Any = None, memtable_bloom: bo
     opts.create_missing_column_families(True)
     opts.set_compression_type(DBCompressionType.lz4())
     opts.increase_parallelism(2)
+    opts.set_keep_log_file_num(KEEP_LOG_FILES)
     if namespace is None:
         # without the log, a flush of one namespace alone could persist half of a batch: flush
         # them all together (a memtable filling up, and the close)
