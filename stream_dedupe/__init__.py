@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from stream_dedupe.api import Deduper
     from stream_dedupe.api_types import Cluster, Decision, Match, QueryResult
     from stream_dedupe.errors import ConfigError, StateError, StateMismatchError, StreamDedupeError
+    from stream_dedupe.state_stats import SourceStats, StateStats
 
 __all__ = [
     "Cluster",
@@ -28,8 +29,10 @@ __all__ = [
     "Deduper",
     "Match",
     "QueryResult",
+    "SourceStats",
     "StateError",
     "StateMismatchError",
+    "StateStats",
     "StreamDedupeError",
     "__version__",
 ]
@@ -40,6 +43,8 @@ _LAZY = {
     "Decision": "stream_dedupe.api_types",
     "Match": "stream_dedupe.api_types",
     "QueryResult": "stream_dedupe.api_types",
+    "SourceStats": "stream_dedupe.state_stats",
+    "StateStats": "stream_dedupe.state_stats",
     "ConfigError": "stream_dedupe.errors",
     "StateError": "stream_dedupe.errors",
     "StateMismatchError": "stream_dedupe.errors",

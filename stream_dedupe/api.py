@@ -46,6 +46,7 @@ from stream_dedupe.core.records import Deletion, Document, Record, parse_documen
 from stream_dedupe.errors import ConfigError, StateError
 from stream_dedupe.explain import PairReport, explain_pair, load_pair, stored_relation
 from stream_dedupe.exports import iter_canonical_documents, iter_clusters
+from stream_dedupe.state_stats import StateStats, state_stats
 from stream_dedupe.storage.base import KVStore
 from stream_dedupe.storage.memory import MemoryStore
 
@@ -367,6 +368,12 @@ class Deduper:
         """The deduped set: the original document of every representative, by id."""
         for raw in iter_canonical_documents(self.store):
             yield dict(orjson.loads(raw))
+
+    def stats(self, by_source: bool = False) -> StateStats:
+        """What the state holds, as ``stream-dedupe stats`` counts it (``by_source``: per source too)."""
+        store = self.store
+        path = getattr(getattr(store, "local", store), "path", None)  # a sharded state's own directory
+        return state_stats(store, self.params, path, by_source)
 
     def explain(self, a: str, b: str) -> PairReport:
         """The evidence for two documents of the state (``stream-dedupe explain --state``)."""

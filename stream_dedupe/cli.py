@@ -18,7 +18,7 @@ import typer
 
 from stream_dedupe import __version__
 from stream_dedupe.cli_coerce import FastCommands
-from stream_dedupe.cli_state import EVENTS_HELP, boilerplate, clusters, expire
+from stream_dedupe.cli_state import EVENTS_HELP, boilerplate, clusters, expire, stats
 from stream_dedupe.cli_support import (
     EXIT_CUT_SHORT,
     check_new_state_dir,
@@ -418,6 +418,7 @@ def explain(
 
 app.command()(expire)
 app.command()(boilerplate)
+app.command()(stats)
 
 
 #: Commands whose modules import heavy dependencies (Faust, aiokafka) at import time are

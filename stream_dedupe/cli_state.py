@@ -1,4 +1,4 @@
-"""The commands that read or change an existing state: ``clusters``, ``expire``, ``boilerplate``.
+"""The commands that read or change an existing state: ``clusters``, ``expire``, ``boilerplate``, ``stats``.
 
 Registered on the app by :mod:`stream_dedupe.cli` (no ``from __future__ import annotations``,
 for the same reason as there: typer reads the annotations).
@@ -7,7 +7,7 @@ for the same reason as there: typer reads the annotations).
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -15,6 +15,9 @@ from stream_dedupe.cli_support import check_outputs, open_existing, open_out
 from stream_dedupe.consoles import stderr_console
 from stream_dedupe.errors import ConfigError
 from stream_dedupe.options import default_help
+
+if TYPE_CHECKING:
+    from stream_dedupe.state_stats import StateStats
 
 err = stderr_console()  # rich only on a terminal
 ExistingStateOpt = Annotated[
@@ -113,3 +116,102 @@ def boilerplate(
             )
     finally:
         store.close()
+
+
+def stats(
+    state: ExistingStateOpt,
+    as_json: Annotated[
+        bool, typer.Option("--json", help=default_help("One JSON object on stdout, for scripts.", "off"))
+    ] = False,
+    by_source: Annotated[
+        bool,
+        typer.Option(
+            "--by-source", help=default_help("Also count documents, dropped and learned lines per source.", "off")
+        ),
+    ] = False,
+) -> None:
+    """Show what a state holds: documents, the deduped set, clusters, learned lines, its parameters.
+
+    It changes nothing in the state (a running `dedupe` holds the state's lock: run it between
+    runs). The counts are those of the end of a `dedupe` run's summary, for the whole state; the
+    learned lines are counted by reading every line count (0.3 s for the 417,000 of 20 Newsgroups).
+    """
+    import orjson
+
+    from stream_dedupe.state_stats import state_stats
+
+    store, params = open_existing(state)
+    try:
+        counted = state_stats(store, params, state, by_source)
+    finally:
+        store.close()
+    if as_json:
+        sys.stdout.write(orjson.dumps(counted.to_json()).decode() + "\n")
+        return
+    sys.stdout.write(stats_text(counted, state))
+
+
+def stats_text(counted: "StateStats", state: Path) -> str:
+    """``stats`` for a person: the counts, the last run and the parameters, then a row per source when counted."""
+    p, learn, run = counted.params, counted.params["boilerplate"], counted.unfinished_run
+    counts = [
+        ("documents", f"{counted.documents:,}"),
+        ("representatives (the deduped set)", f"{counted.representatives:,}"),
+        ("dropped (each covered by a representative)", f"{counted.dropped:,}"),
+        ("dropped rate", f"{counted.dropped_rate:.2%}"),
+        ("clusters", f"{counted.clusters:,}"),
+        ("clusters with duplicates", f"{counted.clusters_with_duplicates:,}"),
+        ("largest cluster", f"{counted.largest_cluster:,}"),
+        ("largest cover (documents one representative holds)", f"{counted.largest_cover:,}"),
+        ("learned boilerplate lines", f"{counted.learned_lines:,}" if learn["learn"] else "off"),
+        ("events so far (last seq)", f"{counted.events:,}"),
+        ("disk", _size(counted.disk_bytes or 0)),
+    ]
+    width = max(len(what) for what, _ in counts)
+    values = max(len(value) for _, value in counts)
+    lines = [f"state {state}", *(f"  {what:<{width}}  {value:>{values}}" for what, value in counts)]
+    if run is None:
+        lines.append("last run: finished")
+    else:
+        lines.append(
+            f"last run: unfinished, committed up to line {run['line']:,} of {run['path']} (run it again to resume)"
+        )
+    boilerplate = f"min docs {learn['min_docs']:,}, min tokens {learn['min_tokens']}" if learn["learn"] else "off"
+    lines.append(
+        f"parameters: threshold {p['threshold']} ({p['verify']} verification), shingles {p['shingle']}, "
+        f"{p['num_perm']} permutations, {p['bands']} bands x {p['rows']} rows, "
+        f"title guard {'on' if p['title_guard'] else 'off'}, learned boilerplate {boilerplate}"
+    )
+    if counted.sources is not None:
+        lines.extend(["by source:", _sources_table(counted)])
+    return "\n".join(lines) + "\n"
+
+
+def _sources_table(counted: "StateStats") -> str:
+    """One row per source, the most documents first (``(none)``: documents without a source)."""
+    assert counted.sources is not None
+    header = ("source", "documents", "dropped", "dropped rate", "learned lines")
+    table = [header] + [
+        (
+            name or "(none)",
+            f"{s.documents:,}",
+            f"{s.dropped:,}",
+            f"{s.dropped / s.documents:.2%}" if s.documents else "-",
+            f"{s.learned_lines:,}",
+        )
+        for name, s in sorted(counted.sources.items(), key=lambda item: (-item[1].documents, item[0]))
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    return "\n".join(
+        "  " + "  ".join([row[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True))])
+        for row in table
+    )
+
+
+def _size(n: int) -> str:
+    """Bytes as a person reads them (1,000-based, as `du --si`)."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000  # type: ignore[assignment]
+    raise AssertionError("unreachable")

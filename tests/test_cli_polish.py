@@ -63,7 +63,7 @@ def test_dedupe_and_eval_help_show_their_defaults() -> None:
     assert "\\[" not in dedupe + evaluate  # the escapes are consumed, not shown
 
 
-@pytest.mark.parametrize("command", ["dedupe", "clusters", "explain", "expire", "boilerplate", "eval", "tune"])
+@pytest.mark.parametrize("command", ["dedupe", "clusters", "explain", "expire", "boilerplate", "stats", "eval", "tune"])
 def test_every_option_of_every_command_shows_its_default(command: str) -> None:
     rows = [line for line in _help(command).splitlines() if re.match(r"│\s+(\*\s+)?--", line)]
     assert rows
@@ -109,6 +109,7 @@ def test_a_closed_stdout_ends_a_listing_with_exit_0_and_a_dedupe_with_141(tmp_pa
     commands = [
         ["retrieval-eval", str(titled)],
         ["clusters", "--state", str(state), "--min-size", "1"],
+        ["stats", "--state", str(state), "--by-source"],
         ["dedupe", str(corpus), "--state", str(tmp_path / "s2"), "--events", "-", "--no-progress"],
         ["expire", "--state", str(state), "--max-age", "=1d", "--dry-run"],
         ["explain", str(tmp_path / "a.txt"), str(tmp_path / "b.txt")],
@@ -165,6 +166,7 @@ def test_read_only_commands_refuse_a_missing_or_empty_state(tmp_path: Path) -> N
     for args in (
         ["clusters"],
         ["boilerplate"],
+        ["stats"],
         ["expire", "--max-age", "=1d"],
         ["explain", "a", "b"],
     ):

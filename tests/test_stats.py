@@ -1,0 +1,133 @@
+"""``stream-dedupe stats`` and ``Deduper.stats``: what a state holds, checked against the other outputs."""
+
+from __future__ import annotations
+
+import gzip
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from stream_dedupe import Deduper
+
+from .test_cli import cli
+from .test_cli import read_jsonl as jsonl
+
+SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "crawl-sample.jsonl"
+
+
+def stats_json(state: Path, *extra: str) -> dict[str, Any]:
+    return dict(orjson.loads(cli("stats", "--state", str(state), "--json", *extra).stdout))
+
+
+def test_stats_agree_with_the_events_the_deduped_set_and_the_clusters(tmp_path: Path) -> None:
+    state, events, deduped = tmp_path / "s", tmp_path / "events.jsonl", tmp_path / "deduped.jsonl"
+    run = cli("dedupe", str(SAMPLE), "--state", str(state), "--events", str(events), "--deduped", str(deduped))
+    clusters_out = tmp_path / "clusters.jsonl"
+    cli("clusters", "--state", str(state), "--min-size", "1", "-o", str(clusters_out))
+    got = stats_json(state, "--by-source")
+
+    emitted = jsonl(events)
+    ids = {e["id"] for e in emitted if e["event"] in ("new", "duplicate-of")}
+    clusters = jsonl(clusters_out)
+    covered = {doc: rep for c in clusters for doc, rep in c["covered_by"].items()}
+    held = Counter(covered.values())
+    assert got["documents"] == len(ids) == 400
+    assert got["representatives"] == len(deduped.read_bytes().splitlines()) == len(ids) - len(covered)
+    assert got["dropped"] == len(covered) and got["dropped_rate"] == pytest.approx(len(covered) / len(ids))
+    assert got["clusters"] == len(clusters)
+    assert got["clusters_with_duplicates"] == sum(c["size"] >= 2 for c in clusters)
+    assert got["largest_cluster"] == max(c["size"] for c in clusters)
+    assert got["largest_cover"] == 1 + max(held.values())
+    assert got["events"] == len(emitted) == emitted[-1]["seq"]
+    assert got["unfinished_run"] is None
+    assert got["params"]["threshold"] == 0.8 and got["params"]["bands"] * got["params"]["rows"] <= 128
+    # what the files took while the command had the state open (RocksDB writes its LOG at each open)
+    tables = sum(f.stat().st_size for f in state.glob("*.sst"))
+    assert tables > 0 and tables <= got["disk_bytes"] <= 2 * sum(f.stat().st_size for f in state.iterdir())
+
+    # the end of the run counted the same state the same way
+    summary = dict(line.strip().rsplit(None, 1) for line in run.stderr.splitlines()[-22:] if "  " in line.strip())
+    assert summary["documents in state"] == f"{got['documents']:,}"
+    assert summary["representatives (the deduped set)"] == f"{got['representatives']:,}"
+    assert summary["clusters"] == f"{got['clusters']:,}"
+
+    # per source, from the input's own sources
+    source_of = {d["id"]: d.get("source") or "" for d in (orjson.loads(x) for x in _documents(SAMPLE))}
+    by_source = got["sources"]
+    assert {name: s["documents"] for name, s in by_source.items()} == Counter(source_of[i] for i in ids)
+    assert {name: s["dropped"] for name, s in by_source.items()} == {
+        name: sum(source_of[d] == name for d in covered) for name in by_source
+    }
+    assert stats_json(state)["sources"] is None  # only when asked for
+
+
+def _documents(path: Path) -> list[bytes]:
+    """The sample's lines that are documents (it has two bad lines on purpose)."""
+    out = []
+    for line in path.read_bytes().splitlines():
+        try:
+            value = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(value, dict) and isinstance(value.get("id"), str) and isinstance(value.get("text"), str):
+            out.append(line)
+    return out
+
+
+def test_stats_count_the_learned_lines_as_the_boilerplate_command_lists_them(tmp_path: Path) -> None:
+    footers = {"wiki": "this page is maintained by the platform team please ask in chat", "portal": None}
+    docs = []
+    for i in range(12):
+        source = "wiki" if i % 2 else "portal"
+        body = f"page {i} talks about " + " ".join(f"topic{i}x{j}" for j in range(30))
+        footer = footers[source] or "copyright the portal company all rights reserved worldwide"
+        docs.append({"id": f"{source}-{i}", "source": source, "text": f"{body}\n{footer}\nsee also the index page\n"})
+    corpus = tmp_path / "in.jsonl"
+    corpus.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in docs))
+    state = tmp_path / "s"
+    cli("dedupe", str(corpus), "--state", str(state), "--boilerplate-min-docs", "3", "--no-progress")
+    listed = [orjson.loads(line) for line in cli("boilerplate", "--state", str(state)).stdout.splitlines()]
+    assert len(listed) == 4  # each source: its footer and the "see also" line
+
+    got = stats_json(state, "--by-source")
+    assert got["learned_lines"] == len(listed)
+    assert {name: s["learned_lines"] for name, s in got["sources"].items()} == Counter(x["source"] for x in listed)
+    assert got["params"]["boilerplate"] == {"learn": True, "min_docs": 3, "min_tokens": 3}
+
+    off = tmp_path / "off"
+    cli("dedupe", str(corpus), "--state", str(off), "--no-learn-boilerplate", "--no-progress")
+    assert stats_json(off)["learned_lines"] == 0
+    assert "learned boilerplate lines" in (text := cli("stats", "--state", str(off)).stdout) and "off" in text
+
+
+def test_stats_say_where_an_unfinished_run_stopped(tmp_path: Path) -> None:
+    docs = [{"id": f"d{i}", "text": " ".join(f"w{(i * 7 + j) % 997}" for j in range(40))} for i in range(3000)]
+    whole = gzip.compress(b"".join(orjson.dumps(d) + b"\n" for d in docs))
+    corpus = tmp_path / "crawl.jsonl.gz"
+    corpus.write_bytes(whole[: len(whole) * 2 // 3])  # a download cut short
+    state = tmp_path / "s"
+    first = cli("dedupe", str(corpus), "--state", str(state), "--batch-size", "100", "--no-progress", check=False)
+    assert first.returncode == 2, first.stderr
+    got = stats_json(state)
+    assert got["unfinished_run"]["path"] == os.path.realpath(corpus)
+    assert got["documents"] == got["unfinished_run"]["line"] > 500  # every whole line read was committed
+    text = cli("stats", "--state", str(state)).stdout
+    assert f"last run: unfinished, committed up to line {got['documents']:,} of {os.path.realpath(corpus)}" in text
+
+
+def test_the_python_api_counts_what_the_command_counts(tmp_path: Path) -> None:
+    state = tmp_path / "s"
+    with Deduper.open(state) as dd:
+        dd.add_many(orjson.loads(line) for line in _documents(SAMPLE))
+        from_api = dd.stats(by_source=True)
+        assert from_api.documents == 400 and from_api.dropped == from_api.documents - from_api.representatives
+        assert sum(s.documents for s in (from_api.sources or {}).values()) == 400
+        expected = from_api.to_json()
+    from_cli = stats_json(state, "--by-source")
+    for field in ("documents", "representatives", "clusters", "largest_cluster", "largest_cover", "events", "sources"):
+        assert from_cli[field] == expected[field], field
+    assert Deduper.memory().stats().disk_bytes is None
