@@ -15,7 +15,7 @@ import typer
 from typer.core import TyperGroup
 
 from stream_dedupe.config import DedupeParams
-from stream_dedupe.errors import ConfigError
+from stream_dedupe.errors import ConfigError, StateInUseError
 
 #: Exit code of a ``dedupe`` whose standard output (``--events -``) was closed before the input's
 #: end: what a shell reports for a command a closed pipe ends (128 + SIGPIPE).
@@ -121,7 +121,13 @@ def open_existing(state: Path) -> tuple[Any, DedupeParams]:
     if not is_state(state):
         what = "does not exist" if not state.exists() else "is not a stream-dedupe state directory"
         raise ConfigError(f"--state {state} {what}: {hint}")
-    store = open_state(state, None)  # a sharded state with its shard processes
+    try:
+        store = open_state(state, None)  # a sharded state with its shard processes
+    except StateInUseError as exc:  # a reader should wait, not stop the writer
+        raise StateInUseError(
+            f"--state {state} is in use by another stream-dedupe process (a `dedupe` still running, or a "
+            "Python Deduper open): a state has one user at a time; run this command again once it has finished"
+        ) from exc
     params = stored_params(store)
     if params is None:
         store.close()

@@ -19,3 +19,7 @@ class StateMismatchError(StreamDedupeError):
 
 class StateError(StreamDedupeError):
     """The state directory cannot be opened or is damaged."""
+
+
+class StateInUseError(StateError):
+    """Another process holds the state directory's lock (one process uses a state at a time)."""

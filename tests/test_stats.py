@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from stream_dedupe import Deduper
+from stream_dedupe.storage.rocks import RocksStore
 
 from .test_cli import cli
 from .test_cli import read_jsonl as jsonl
@@ -131,3 +132,19 @@ def test_the_python_api_counts_what_the_command_counts(tmp_path: Path) -> None:
     for field in ("documents", "representatives", "clusters", "largest_cluster", "largest_cover", "events", "sources"):
         assert from_cli[field] == expected[field], field
     assert Deduper.memory().stats().disk_bytes is None
+
+
+def test_a_state_in_use_is_read_once_its_user_has_finished(tmp_path: Path) -> None:
+    """A reader of a state another process holds is told to wait for it, not to stop it."""
+    state = tmp_path / "s"
+    cli("dedupe", str(SAMPLE), "--state", str(state), "--no-progress")
+    holder = RocksStore(state)  # a dedupe still running, as far as the lock says
+    try:
+        for command in ("stats", "clusters", "boilerplate"):
+            result = cli(command, "--state", str(state), check=False)
+            assert result.returncode == 2, result.stderr
+            assert "is in use by another stream-dedupe process" in result.stderr
+            assert "run this command again once it has finished" in result.stderr and "stop that" not in result.stderr
+    finally:
+        holder.close()
+    assert stats_json(state)["documents"] == 400

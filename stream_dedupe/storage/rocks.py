@@ -32,7 +32,7 @@ from rocksdict import (
     WriteOptions,
 )
 
-from stream_dedupe.errors import StateError
+from stream_dedupe.errors import StateError, StateInUseError
 from stream_dedupe.storage.base import NAMESPACES, WriteSet
 
 #: One LRU block cache shared by every namespace of a store (RocksDB's default is one per namespace).
@@ -162,7 +162,7 @@ class RocksStore:
         except Exception as exc:
             text = str(exc)
             if "lock" in text.lower():
-                raise StateError(
+                raise StateInUseError(
                     f"state directory {self.path} is in use by another stream-dedupe process "
                     f"(RocksDB lock held): stop that process or use another --state directory ({text})"
                 ) from exc
