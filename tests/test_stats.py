@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import gzip
+import json
 import os
 from collections import Counter
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import orjson
 import pytest
 
@@ -20,8 +23,16 @@ from .test_cli import read_jsonl as jsonl
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "crawl-sample.jsonl"
 
 
+SCHEMA = jsonschema.Draft202012Validator(
+    json.loads(resources.files("stream_dedupe").joinpath("schema/stats.schema.json").read_text())
+)
+
+
 def stats_json(state: Path, *extra: str) -> dict[str, Any]:
-    return dict(orjson.loads(cli("stats", "--state", str(state), "--json", *extra).stdout))
+    """``stats --json``, validated against the published schema."""
+    got = dict(orjson.loads(cli("stats", "--state", str(state), "--json", *extra).stdout))
+    SCHEMA.validate(got)
+    return got
 
 
 def test_stats_agree_with_the_events_the_deduped_set_and_the_clusters(tmp_path: Path) -> None:
@@ -128,10 +139,13 @@ def test_the_python_api_counts_what_the_command_counts(tmp_path: Path) -> None:
         assert from_api.documents == 400 and from_api.dropped == from_api.documents - from_api.representatives
         assert sum(s.documents for s in (from_api.sources or {}).values()) == 400
         expected = from_api.to_json()
+        SCHEMA.validate(expected)
     from_cli = stats_json(state, "--by-source")
     for field in ("documents", "representatives", "clusters", "largest_cluster", "largest_cover", "events", "sources"):
         assert from_cli[field] == expected[field], field
-    assert Deduper.memory().stats().disk_bytes is None
+    in_memory = Deduper.memory().stats().to_json()
+    SCHEMA.validate(in_memory)
+    assert in_memory["disk_bytes"] is None and in_memory["documents"] == 0
 
 
 def test_a_state_in_use_is_read_once_its_user_has_finished(tmp_path: Path) -> None:
