@@ -68,6 +68,9 @@ class StateStats:
             state in memory.
         params: The parameters the state was built with (as stored).
         sources: Per ``source`` (``""``: documents without one), when asked for.
+        live: True when another process was writing the state: the counts are as it had
+            persisted it (every batch up to its last flush), and :attr:`unfinished_run` is where
+            that run had got to.
 
     """
 
@@ -83,6 +86,7 @@ class StateStats:
     disk_bytes: int | None
     params: dict[str, Any]
     sources: dict[str, SourceStats] | None = field(default=None)
+    live: bool = False
 
     @property
     def dropped(self) -> int:
@@ -106,7 +110,9 @@ class StateStats:
         return out
 
 
-def state_stats(store: KVStore, params: DedupeParams, path: Path | None = None, by_source: bool = False) -> StateStats:
+def state_stats(
+    store: KVStore, params: DedupeParams, path: Path | None = None, by_source: bool = False, live: bool = False
+) -> StateStats:
     """Count what ``store`` holds (a committed state; nothing is written).
 
     Args:
@@ -114,6 +120,7 @@ def state_stats(store: KVStore, params: DedupeParams, path: Path | None = None, 
         params: The parameters it was built with (``stored_params``).
         path: Its directory, for :attr:`StateStats.disk_bytes` (None: not on disk).
         by_source: Also count per ``source`` (decodes every document record).
+        live: ``store`` is a reader of a state another process writes (:attr:`StateStats.live`).
 
     """
     summary = summarize(store)
@@ -139,6 +146,7 @@ def state_stats(store: KVStore, params: DedupeParams, path: Path | None = None, 
         disk_bytes=None if path is None else _tree_bytes(path),
         params=params.to_state(),
         sources={name: SourceStats(*counts) for name, counts in per_source.items()} if by_source else None,
+        live=live,
     )
 
 

@@ -5,6 +5,10 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import random
+import subprocess
+import tempfile
+import time
 from collections import Counter
 from importlib import resources
 from pathlib import Path
@@ -15,9 +19,8 @@ import orjson
 import pytest
 
 from stream_dedupe import Deduper
-from stream_dedupe.storage.rocks import RocksStore
 
-from .test_cli import cli
+from .test_cli import CLI, cli
 from .test_cli import read_jsonl as jsonl
 
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "crawl-sample.jsonl"
@@ -148,17 +151,59 @@ def test_the_python_api_counts_what_the_command_counts(tmp_path: Path) -> None:
     assert in_memory["disk_bytes"] is None and in_memory["documents"] == 0
 
 
-def test_a_state_in_use_is_read_once_its_user_has_finished(tmp_path: Path) -> None:
-    """A reader of a state another process holds is told to wait for it, not to stop it."""
+def test_stats_read_a_state_that_a_deduper_holds_as_it_committed_it(tmp_path: Path) -> None:
+    """The lock holder's committed batches (written with the log) are read without its lock;
+    the other commands on a state in use are told to wait, not to stop its user."""
     state = tmp_path / "s"
-    cli("dedupe", str(SAMPLE), "--state", str(state), "--no-progress")
-    holder = RocksStore(state)  # a dedupe still running, as far as the lock says
-    try:
-        for command in ("stats", "clusters", "boilerplate"):
+    docs = [orjson.loads(line) for line in _documents(SAMPLE)]
+    with Deduper.open(state) as dd:
+        dd.add_many(docs[:150])
+        first = stats_json(state)
+        assert first["live"] is True and first["documents"] == 150 and first["unfinished_run"] is None
+        dd.add_many(docs[150:])
+        during = stats_json(state, "--by-source")
+        assert during["live"] is True and during["documents"] == 400
+        text = cli("stats", "--state", str(state)).stdout
+        assert "(in use by another process: as it had persisted it)" in text and "run: in progress" in text
+        for command in ("clusters", "boilerplate"):
             result = cli(command, "--state", str(state), check=False)
             assert result.returncode == 2, result.stderr
             assert "is in use by another stream-dedupe process" in result.stderr
             assert "run this command again once it has finished" in result.stderr and "stop that" not in result.stderr
+    after = stats_json(state, "--by-source")
+    assert after.pop("live") is False and during.pop("live") is True
+    after.pop("disk_bytes"), during.pop("disk_bytes")
+    assert after == during
+
+
+def test_stats_follow_a_running_dedupe_at_its_flushes(tmp_path: Path) -> None:
+    """A run without the log is read as of its last flush: the documents and its checkpoint agree."""
+    rng = random.Random(5)
+    words = [f"w{i}" for i in range(5000)]
+    corpus = tmp_path / "crawl.jsonl"
+    with corpus.open("wb") as out:
+        for i in range(80_000):
+            out.write(orjson.dumps({"id": f"d{i}", "text": " ".join(rng.choices(words, k=150))}) + b"\n")
+    state = tmp_path / "s"
+    readers = set(Path(tempfile.gettempdir()).glob("stream-dedupe-reader-*"))
+    args = [*CLI, "dedupe", str(corpus), "--state", str(state), "--no-progress", "--jobs", "1"]
+    run = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        seen = None
+        while run.poll() is None and seen is None:
+            result = cli("stats", "--state", str(state), "--json", check=False)
+            if result.returncode == 0:
+                got = orjson.loads(result.stdout)
+                if got["live"] and got["documents"]:
+                    seen = got
+            time.sleep(0.1)
+        assert seen is not None, "the run ended before a flush was seen: give it a bigger corpus"
+        SCHEMA.validate(seen)
+        assert seen["unfinished_run"] == {"path": os.path.realpath(corpus), "line": seen["documents"]}
+        assert 0 < seen["documents"] < 80_000
     finally:
-        holder.close()
-    assert stats_json(state)["documents"] == 400
+        _, stderr = run.communicate(timeout=300)
+    assert run.returncode == 0, stderr
+    done = stats_json(state)
+    assert done["live"] is False and done["documents"] == 80_000 and done["unfinished_run"] is None
+    assert set(Path(tempfile.gettempdir()).glob("stream-dedupe-reader-*")) <= readers  # their own logs are gone

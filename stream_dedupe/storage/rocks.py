@@ -16,12 +16,15 @@ file's compression in the file), so no state format version is involved.
 from __future__ import annotations
 
 import operator
+import shutil
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 from rocksdict import (
+    AccessType,
     BlockBasedOptions,
     Cache,
     DBCompactionStyle,
@@ -144,22 +147,38 @@ class RocksStore:
             the last flush (a memtable filling up, or :meth:`close`), all namespaces at once.
             The log writes every byte a second time: without it a 20,000-document ``dedupe``
             is 1.2x faster (BENCHMARKS.md, "Writes without the write-ahead log").
+        reader: Open an existing state that another process may be writing, to read it only
+            (a RocksDB secondary instance: no lock is taken). It sees what that process had
+            persisted when it was opened: every batch it committed with the log, or every batch
+            up to its last flush without it (one batch boundary, all namespaces). Its own info
+            log goes to a temporary directory, removed at :meth:`close`; :meth:`write` refuses.
 
     Raises:
         StateError: if the directory is locked by another process or cannot be opened.
 
     """
 
-    def __init__(self, path: str | Path, *, memtable_bloom: bool = True, wal: bool = True) -> None:
+    def __init__(
+        self, path: str | Path, *, memtable_bloom: bool = True, wal: bool = True, reader: bool = False
+    ) -> None:
         self.path = Path(path)
         self.wal = wal
+        self.reader = reader
+        self._reader_dir = tempfile.mkdtemp(prefix="stream-dedupe-reader-") if reader else None
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
             opts = _options(wal=wal)
             cache = Cache(BLOCK_CACHE_BYTES)
             families = {ns: _options(ns, cache, memtable_bloom) for ns in NAMESPACES}
-            self._db = Rdict(str(self.path), opts, column_families=families)
+            if self._reader_dir is not None:
+                # every table file stays open: the writer may delete one a compaction replaced
+                opts.set_max_open_files(-1)
+                access = AccessType.secondary(self._reader_dir)
+                self._db = Rdict(str(self.path), opts, column_families=families, access_type=access)
+            else:
+                self.path.mkdir(parents=True, exist_ok=True)
+                self._db = Rdict(str(self.path), opts, column_families=families)
         except Exception as exc:
+            self._remove_reader_dir()
             text = str(exc)
             if "lock" in text.lower():
                 raise StateInUseError(
@@ -201,6 +220,8 @@ class RocksStore:
 
     def write(self, batch: WriteSet) -> None:
         """See :class:`~stream_dedupe.storage.base.KVStore`."""
+        if self.reader:
+            raise StateError(f"state {self.path} is open for reading only (another process may be writing it)")
         wb = WriteBatch(raw_mode=True)
         for namespace, ops in batch.items():
             handle = self._handles[namespace]
@@ -239,6 +260,12 @@ class RocksStore:
 
     def close(self) -> None:
         """See :class:`~stream_dedupe.storage.base.KVStore`."""
+        if self.reader:
+            self._cf.clear()
+            self._handles.clear()
+            self._db.close()
+            self._remove_reader_dir()
+            return
         failed = 0
         if not self.wal:
             # Writes not in the log: RocksDB's shutdown flush persists every namespace in one
@@ -265,3 +292,8 @@ class RocksStore:
                 "see its LOG file): the batches since its last flush are not stored. Fix the cause "
                 "(e.g. free disk space) and run the same command again: it resumes from the last flush"
             )
+
+    def _remove_reader_dir(self) -> None:
+        if self._reader_dir is not None:
+            shutil.rmtree(self._reader_dir, ignore_errors=True)
+            self._reader_dir = None
