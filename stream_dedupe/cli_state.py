@@ -198,9 +198,10 @@ def stats_text(counted: "StateStats", state: Path) -> str:
     values = max(len(value) for _, value in counts)
     title = f"state {state}" + (" (in use by another process: as it had persisted it)" if counted.live else "")
     lines = [title, *(f"  {what:<{width}}  {value:>{values}}" for what, value in counts)]
-    if counted.live:
-        where = f": persisted up to line {run['line']:,} of {run['path']}" if run is not None else ""
-        lines.append(f"run: in progress{where}")
+    if counted.live and run is not None:
+        lines.append(f"run: in progress, persisted up to line {run['line']:,} of {run['path']}")
+    elif counted.live:
+        lines.append("run: none on disk (a Python Deduper holds the state, or a run has not flushed its first batches)")
     elif run is None:
         lines.append("last run: finished")
     else:

@@ -6,6 +6,7 @@ import gzip
 import json
 import os
 import random
+import signal
 import subprocess
 import tempfile
 import time
@@ -164,7 +165,7 @@ def test_stats_read_a_state_that_a_deduper_holds_as_it_committed_it(tmp_path: Pa
         during = stats_json(state, "--by-source")
         assert during["live"] is True and during["documents"] == 400
         text = cli("stats", "--state", str(state)).stdout
-        assert "(in use by another process: as it had persisted it)" in text and "run: in progress" in text
+        assert "(in use by another process: as it had persisted it)" in text and "run: none on disk (a Python" in text
         for command in ("clusters", "boilerplate"):
             result = cli(command, "--state", str(state), check=False)
             assert result.returncode == 2, result.stderr
@@ -199,6 +200,12 @@ def test_stats_follow_a_running_dedupe_at_its_flushes(tmp_path: Path) -> None:
             time.sleep(0.1)
         assert seen is not None, "the run ended before a flush was seen: give it a bigger corpus"
         SCHEMA.validate(seen)
+        run.send_signal(signal.SIGSTOP)  # held where it is, so that the text below reads the same run
+        try:
+            text = cli("stats", "--state", str(state)).stdout
+        finally:
+            run.send_signal(signal.SIGCONT)
+        assert "(in use by another process: as it had persisted it)" in text and "run: in progress, persisted" in text
         assert seen["unfinished_run"] == {"path": os.path.realpath(corpus), "line": seen["documents"]}
         assert 0 < seen["documents"] < 80_000
     finally:
