@@ -130,6 +130,16 @@ def stats(
             "--by-source", help=default_help("Also count documents, dropped and learned lines per source.", "off")
         ),
     ] = False,
+    prometheus: Annotated[
+        str | None,
+        typer.Option(
+            help=default_help(
+                "Write the counts as Prometheus gauges to this file (- for stdout), through a rename: for "
+                "node_exporter's textfile collector (a NAME.prom file in its directory).",
+                "none",
+            )
+        ),
+    ] = None,
 ) -> None:
     """Show what a state holds: documents, the deduped set, clusters, learned lines, its parameters.
 
@@ -142,6 +152,9 @@ def stats(
 
     from stream_dedupe.state_stats import state_stats
 
+    if prometheus == "-" and as_json:
+        raise ConfigError("--json and --prometheus - both write to stdout: write the gauges to a file instead")
+    check_outputs(prometheus=prometheus)
     try:
         store, params = open_existing(state)
         live = False
@@ -152,10 +165,18 @@ def stats(
         counted = state_stats(store, params, state, by_source, live)
     finally:
         store.close()
+    if prometheus is not None:
+        from stream_dedupe.state_metrics import exposition, write_atomically
+
+        gauges = exposition(counted, state)
+        if prometheus == "-":
+            sys.stdout.buffer.write(gauges)
+        else:
+            write_atomically(Path(prometheus), gauges)
     if as_json:
         sys.stdout.write(orjson.dumps(counted.to_json()).decode() + "\n")
-        return
-    sys.stdout.write(stats_text(counted, state))
+    elif prometheus is None:
+        sys.stdout.write(stats_text(counted, state))
 
 
 def _open_in_use(state: Path) -> tuple[Any, "DedupeParams"]:

@@ -18,11 +18,13 @@ from typing import Any
 import jsonschema
 import orjson
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from stream_dedupe import Deduper
 
 from .test_cli import CLI, cli
 from .test_cli import read_jsonl as jsonl
+from .test_compose import promtool
 
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "crawl-sample.jsonl"
 
@@ -203,9 +205,13 @@ def test_stats_follow_a_running_dedupe_at_its_flushes(tmp_path: Path) -> None:
         run.send_signal(signal.SIGSTOP)  # held where it is, so that the text below reads the same run
         try:
             text = cli("stats", "--state", str(state)).stdout
+            gauges = cli("stats", "--state", str(state), "--prometheus", "-").stdout
         finally:
             run.send_signal(signal.SIGCONT)
         assert "(in use by another process: as it had persisted it)" in text and "run: in progress, persisted" in text
+        values = {s.name: s.value for f in text_string_to_metric_families(gauges) for s in f.samples}
+        assert values["stream_dedupe_state_in_use"] == 1 and values["stream_dedupe_state_run_unfinished"] == 1
+        assert values["stream_dedupe_state_run_line"] == values["stream_dedupe_state_documents"] >= seen["documents"]
         assert seen["unfinished_run"] == {"path": os.path.realpath(corpus), "line": seen["documents"]}
         assert 0 < seen["documents"] < 80_000
     finally:
@@ -214,3 +220,44 @@ def test_stats_follow_a_running_dedupe_at_its_flushes(tmp_path: Path) -> None:
     done = stats_json(state)
     assert done["live"] is False and done["documents"] == 80_000 and done["unfinished_run"] is None
     assert set(Path(tempfile.gettempdir()).glob("stream-dedupe-reader-*")) <= readers  # their own logs are gone
+
+
+def test_stats_as_prometheus_gauges_pass_promtool_and_equal_the_json(tmp_path: Path) -> None:
+    """For node_exporter's textfile collector: the file promtool accepts, holding the JSON's numbers."""
+    state = tmp_path / "s"
+    cli("dedupe", str(SAMPLE), "--state", str(state), "--no-progress")
+    textfiles = tmp_path / "textfile"
+    textfiles.mkdir()
+    prom = textfiles / "stream_dedupe.prom"
+    written = cli("stats", "--state", str(state), "--by-source", "--prometheus", str(prom))
+    assert written.stdout == "" and list(textfiles.iterdir()) == [prom]  # a cron job's file, no partial one
+    check = subprocess.run([promtool(), "check", "metrics"], input=prom.read_text(), capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+    got = stats_json(state, "--by-source")
+    samples = [s for family in text_string_to_metric_families(prom.read_text()) for s in family.samples]
+    assert {s.labels["state"] for s in samples} == {str(state.resolve())}
+    whole = {s.name: s.value for s in samples if "source" not in s.labels}
+    assert whole == {
+        "stream_dedupe_state_documents": got["documents"],
+        "stream_dedupe_state_representatives": got["representatives"],
+        "stream_dedupe_state_dropped": got["dropped"],
+        "stream_dedupe_clusters": got["clusters"],
+        "stream_dedupe_state_clusters_with_duplicates": got["clusters_with_duplicates"],
+        "stream_dedupe_largest_cluster_size": got["largest_cluster"],
+        "stream_dedupe_state_largest_cover": got["largest_cover"],
+        "stream_dedupe_state_learned_lines": got["learned_lines"],
+        "stream_dedupe_state_events": got["events"],
+        "stream_dedupe_state_bytes": pytest.approx(got["disk_bytes"], rel=0.2),  # RocksDB logs each open
+        "stream_dedupe_state_run_unfinished": 0,
+        "stream_dedupe_state_run_line": 0,
+        "stream_dedupe_state_in_use": 0,
+    }
+    per_source = {(s.name, s.labels["source"]): s.value for s in samples if "source" in s.labels}
+    assert per_source == {
+        (f"stream_dedupe_state_source_{field}", source): counts[field]
+        for source, counts in got["sources"].items()
+        for field in ("documents", "dropped", "learned_lines")
+    }
+    both = cli("stats", "--state", str(state), "--json", "--prometheus", "-", check=False)
+    assert both.returncode == 2 and "both write to stdout" in both.stderr
