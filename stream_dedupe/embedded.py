@@ -112,7 +112,7 @@ def rewind_events(store: KVStore, events: Path) -> int:
     them first leaves each event in the file once. The file is left as it is unless it is the
     one the checkpoint names and is at least as long as it was then.
     """
-    previous = StateView(store).get_json(_RUN_KEY)
+    previous = run_checkpoint(store)
     mark = previous.get("events") if previous else None
     if not mark or mark.get("path") != str(events.resolve()) or not events.is_file():
         return 0
@@ -131,11 +131,11 @@ def unfinished_run(store: KVStore, events: Path) -> dict[str, Any] | None:
     deciding them again says ``unchanged``), so a run that cannot resume that one must not
     overwrite it. None when the file is missing or empty, or names another run.
     """
-    previous = StateView(store).get_json(_RUN_KEY)
+    previous = run_checkpoint(store)
     mark = previous.get("events") if previous else None
-    if not mark or mark.get("path") != str(events.resolve()) or not events.is_file() or events.stat().st_size == 0:
+    if not previous or not mark or mark.get("path") != str(events.resolve()) or not events.is_file():
         return None
-    return dict(previous)
+    return previous if events.stat().st_size else None
 
 
 def _identities(paths: list[str], deletion_paths: Sequence[str]) -> list[dict[str, Any]]:
@@ -154,11 +154,21 @@ def can_redo(paths: Sequence[str], deletion_paths: Sequence[str], events: str | 
     return events is None or not Path(events).exists() or Path(events).is_file()
 
 
+def run_checkpoint(store: KVStore) -> dict[str, Any] | None:
+    """The checkpoint of the last run into ``store`` while it is unfinished (None once a run finished).
+
+    ``{"inputs": [identity of each input], "file": index, "line": lines committed, "counters",
+    "events": where the events file ended}``.
+    """
+    checkpoint = StateView(store).get_json(_RUN_KEY)
+    return dict(checkpoint) if checkpoint else None
+
+
 def resume_point(store: KVStore, paths: list[str], deletion_paths: Sequence[str] = ()) -> tuple[int, int] | None:
     """``(file index, line)`` where an interrupted run over the same inputs stopped, or None."""
     if "-" in paths or "-" in deletion_paths:
         return None
-    previous = StateView(store).get_json(_RUN_KEY)
+    previous = run_checkpoint(store)
     if previous and previous.get("inputs") == _identities(paths, deletion_paths):
         return int(previous["file"]), int(previous["line"])
     return None
@@ -202,7 +212,7 @@ def run(
     result = RunResult()
     start_file, start_line = resume_point(engine.store, paths, deletion_paths) or (0, 0)
     if (start_file, start_line) != (0, 0):
-        result.counters.update(StateView(engine.store).get_json(_RUN_KEY).get("counters", {}))
+        result.counters.update((run_checkpoint(engine.store) or {}).get("counters", {}))
         result.resumed_from = start_line
     started = time.perf_counter()
     # progress counts the bytes of every input file (compressed ones as stored), not of deletions

@@ -3,29 +3,26 @@
 The clusters and the deduped set are counted as the end of a ``dedupe`` run counts them
 (:func:`~stream_dedupe.exports.summarize`: one scan of the document records, one of the
 cluster records); ``by_source`` scans the document records once more, and a state that learns
-boilerplate has its line counts scanned for the learned lines. The run checkpoint says whether the
+boilerplate has its line counts scanned for the learned lines (those ``stream-dedupe
+boilerplate`` lists). The run checkpoint says whether the
 last ``dedupe`` into the state finished.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from stream_dedupe.config import DedupeParams
+from stream_dedupe.core.boilerplate import learned_lines
+from stream_dedupe.core.engine import stored_seq
+from stream_dedupe.embedded import run_checkpoint
 from stream_dedupe.exports import summarize
 from stream_dedupe.storage.base import KVStore
 from stream_dedupe.storage.docrecord import DocRecord
+from stream_dedupe.storage.rocks import tree_bytes
 from stream_dedupe.storage.state import StateView
-
-#: Meta keys written by the engine (events so far) and the embedded run loop (its checkpoint).
-_SEQ_KEY = b"seq"
-_RUN_KEY = b"run"
-_BOILERPLATE = "boilerplate"
 
 
 @dataclass(frozen=True)
@@ -131,8 +128,12 @@ def state_stats(
             counts = per_source.setdefault(record.source or "", [0, 0, 0])
             counts[0] += 1
             counts[1] += record.covered_by is None
-    learned = _learned_lines(store, params, per_source if by_source else None)
-    view = StateView(store)
+    learned = 0
+    if params.boilerplate.learn:  # the lines `stream-dedupe boilerplate` lists
+        for source, _, _ in learned_lines(StateView(store), params.boilerplate.min_docs):
+            learned += 1
+            if by_source:
+                per_source.setdefault(source, [0, 0, 0])[2] += 1
     return StateStats(
         documents=summary.documents,
         representatives=summary.representatives,
@@ -141,37 +142,16 @@ def state_stats(
         largest_cluster=summary.largest,
         largest_cover=summary.largest_cover,
         learned_lines=learned,
-        events=int(view.get_json(_SEQ_KEY) or 0),
-        unfinished_run=_unfinished(view.get_json(_RUN_KEY)),
-        disk_bytes=None if path is None else _tree_bytes(path),
+        events=stored_seq(store),
+        unfinished_run=_unfinished(run_checkpoint(store)),
+        disk_bytes=None if path is None else tree_bytes(path),
         params=params.to_state(),
         sources={name: SourceStats(*counts) for name, counts in per_source.items()} if by_source else None,
         live=live,
     )
 
 
-def _learned_lines(store: KVStore, params: DedupeParams, per_source: dict[str, list[int]] | None) -> int:
-    """Lines whose count reached ``min_docs``, as the learner counts them when it opens a state.
-
-    Reads each value's count (its first field) without decoding the carrier list; only a learned
-    line, ``[count, source, line]``, is decoded, and only for ``per_source``.
-    """
-    if not params.boilerplate.learn:
-        return 0
-    min_docs = params.boilerplate.min_docs
-    learned = 0
-    for _, raw in store.items(_BOILERPLATE):
-        if int(raw[1 : raw.index(b",")]) < min_docs:
-            continue
-        learned += 1
-        if per_source is not None:
-            value = orjson.loads(raw)
-            source = value[1] if len(value) == 3 and isinstance(value[1], str) else ""
-            per_source.setdefault(source, [0, 0, 0])[2] += 1
-    return learned
-
-
-def _unfinished(checkpoint: Any) -> dict[str, Any] | None:
+def _unfinished(checkpoint: dict[str, Any] | None) -> dict[str, Any] | None:
     """Where the interrupted run stopped: the input file's path and the last line committed."""
     if not checkpoint:
         return None
@@ -179,15 +159,3 @@ def _unfinished(checkpoint: Any) -> dict[str, Any] | None:
     at = int(checkpoint.get("file", 0))
     path = inputs[at].get("path") if at < len(inputs) else None
     return {"path": path, "line": int(checkpoint.get("line", 0))}
-
-
-def _tree_bytes(path: Path) -> int:
-    """Bytes of the files under ``path`` (a sharded state keeps its shards in a subdirectory)."""
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.stat(os.path.join(root, name)).st_size
-            except FileNotFoundError:  # a file RocksDB removed meanwhile
-                continue
-    return total

@@ -458,6 +458,11 @@ class DedupeEngine:
         return events, final
 
 
+def stored_seq(store: KVStore) -> int:
+    """The ``seq`` of the last event a state's engine emitted (0 for a new state)."""
+    return int(StateView(store).get_json(_SEQ_KEY) or 0)
+
+
 def stored_params(store: KVStore) -> DedupeParams | None:
     """The parameters a state was built with, or None for a new state."""
     stored = StateView(store).get_json(_PARAMS_KEY)

@@ -109,6 +109,18 @@ def _options(namespace: str | None = None, cache: Any = None, memtable_bloom: bo
     return opts
 
 
+def tree_bytes(path: Path) -> int:
+    """Bytes of the files under ``path`` (files RocksDB removes during the walk are skipped)."""
+    total = 0
+    for f in path.rglob("*"):
+        try:
+            if f.is_file():
+                total += f.stat().st_size
+        except OSError:
+            continue
+    return total
+
+
 #: Batches with fewer keys than this are ordered by ``sorted`` (numpy's set-up costs more).
 _NUMPY_SORT_KEYS = 256
 
@@ -246,7 +258,7 @@ class RocksStore:
 
     def disk_bytes(self) -> int:
         """Bytes the state directory takes on disk."""
-        return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
+        return tree_bytes(self.path)
 
     def namespace_bytes(self) -> dict[str, int]:
         """Bytes of each namespace's table files (memtables not yet flushed are not counted)."""

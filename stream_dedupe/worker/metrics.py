@@ -10,11 +10,12 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 from prometheus_client import Counter as PromCounter
+
+from stream_dedupe.storage.rocks import tree_bytes
 
 #: Decision latency buckets in seconds (input record timestamp -> its event acknowledged).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -276,18 +277,6 @@ class WorkerMetrics:
         return generate_latest(self.registry)
 
 
-def dir_bytes(path: Path) -> int:
-    """Bytes of the files under ``path`` (files vanishing during the walk are skipped)."""
-    total = 0
-    for f in path.rglob("*"):
-        try:
-            if f.is_file():
-                total += f.stat().st_size
-        except OSError:
-            continue
-    return total
-
-
 #: Most of the decider's CPU the periodic scan of the clusters may take (the gauges
 #: ``stream_dedupe_clusters`` and ``stream_dedupe_largest_cluster_size``).
 CLUSTER_SCAN_SHARE = 0.02
@@ -321,7 +310,7 @@ async def refresh_gauges(app: Any, rt: Any) -> None:
     input_topic_name = rt.settings.input_topic
     m = rt.metrics
     update_broker_status(rt)
-    m.state_bytes.set(dir_bytes(rt.settings.state_dir))
+    m.state_bytes.set(tree_bytes(rt.settings.state_dir))
     m.oversize_changelog.set(rt.store.oversize)
     engine = rt.engine
     if engine is not None:

@@ -27,8 +27,9 @@ from typing import Any
 
 from stream_dedupe.core.sharding.ops import ShardOps
 from stream_dedupe.core.sharding.shard import IndexShard, stored_layout
+from stream_dedupe.storage.rocks import tree_bytes
 from stream_dedupe.worker import shard_wire as wire
-from stream_dedupe.worker.metrics import WorkerMetrics, dir_bytes
+from stream_dedupe.worker.metrics import WorkerMetrics
 from stream_dedupe.worker.produce import send_batches
 from stream_dedupe.worker.settings import WorkerSettings
 from stream_dedupe.worker.store import FaustTableStore
@@ -122,7 +123,7 @@ class ShardServer:
         if time.monotonic() - self._sized_at > 30:
             self._sized_at = time.monotonic()
             tables = self.settings.state_dir / "v1" / "tables"
-            size = sum(dir_bytes(tables / f"shard-{ns}-{self.shard}.db") for ns in SHARD_NAMESPACES)
+            size = sum(tree_bytes(tables / f"shard-{ns}-{self.shard}.db") for ns in SHARD_NAMESPACES)
             m.shard_state_bytes.labels(label).set(size)
 
     async def _open(self) -> None:
