@@ -343,9 +343,14 @@ def test_service_monitor_and_prometheus_rule(tmp_path: Path) -> None:
     # The alerts select job="stream-dedupe": the job label comes from the Service label jobLabel names.
     assert metrics_svc["metadata"]["labels"][spec["jobLabel"]] == "stream-dedupe"
     assert 'job="stream-dedupe"' in ALERTS.read_text()
-    # The rules are deploy/prometheus/alerts.yaml's groups, unchanged (templates not expanded by helm).
+    # The rules are deploy/prometheus/alerts.yaml's worker groups, unchanged (templates not expanded
+    # by helm); the embedded command's group (alerts on `stats --prometheus` files) is left out.
     assert set(rule["spec"]) == {"groups"}
-    assert rule["spec"]["groups"] == yaml.safe_load(ALERTS.read_text())["groups"]
+    all_groups = yaml.safe_load(ALERTS.read_text())["groups"]
+    assert "stream-dedupe-embedded" in {g["name"] for g in all_groups}
+    assert rule["spec"]["groups"] == [g for g in all_groups if g["name"] != "stream-dedupe-embedded"]
+    alerts = {r.get("alert") for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert "StreamDedupeWorkerDown" in alerts and "StreamDedupeEmbeddedRunStopped" not in alerts
     rules_file = tmp_path / "rules.yaml"
     rules_file.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
     promtool = shutil.which("promtool")
