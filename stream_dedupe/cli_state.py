@@ -7,17 +7,16 @@ for the same reason as there: typer reads the annotations).
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from stream_dedupe.cli_support import check_outputs, open_existing, open_out
+from stream_dedupe.cli_support import check_outputs, open_existing, open_for_reading, open_out
 from stream_dedupe.consoles import stderr_console
-from stream_dedupe.errors import ConfigError, StateInUseError
+from stream_dedupe.errors import ConfigError
 from stream_dedupe.options import default_help
 
 if TYPE_CHECKING:
-    from stream_dedupe.config import DedupeParams
     from stream_dedupe.state_stats import StateStats
 
 err = stderr_console()  # rich only on a terminal
@@ -32,13 +31,19 @@ def clusters(
     output: Annotated[str, typer.Option("--output", "-o", help="Write JSONL here (- for stdout).")] = "-",
     min_size: Annotated[int, typer.Option(help="Smallest cluster to export (1 includes singletons).")] = 2,
 ) -> None:
-    """Export clusters as JSONL: {"cluster", "canonical", "size", "members", "representatives", "covered_by"}."""
+    """Export clusters as JSONL: {"cluster", "canonical", "size", "members", "representatives", "covered_by"}.
+
+    A state that a running `dedupe` (or a Python Deduper) holds is read without its lock, as that
+    process had persisted it: up to its last flush, a batch boundary.
+    """
     import orjson
 
     from stream_dedupe.exports import iter_clusters
 
     check_outputs(output=output)
-    store, _ = open_existing(state)
+    store, _, live = open_for_reading(state)
+    if live:
+        err.print(in_use_note(state))
     with ExitStack() as stack:
         stack.callback(store.close)
         out = open_out(stack, output, "wb")
@@ -91,15 +96,18 @@ def boilerplate(
     """List the learned boilerplate lines of a state as JSON lines: source, documents, line.
 
     Its "documents" is how many documents of the source carried the line when it was learned: the
-    state's --boilerplate-min-docs (a learned line is stripped, and no longer counted).
+    state's --boilerplate-min-docs (a learned line is stripped, and no longer counted). A state
+    that a running `dedupe` holds is read as that process had persisted it (its last flush).
     """
     import orjson
 
     from stream_dedupe.core.boilerplate import learned_lines
     from stream_dedupe.storage.state import StateView
 
-    store, params = open_existing(state)
+    store, params, live = open_for_reading(state)
     try:
+        if live:
+            err.print(in_use_note(state))
         if not params.boilerplate.learn:
             err.print("boilerplate learning is off for this state (enable it with --learn-boilerplate on a new state)")
         listed = 0
@@ -155,12 +163,7 @@ def stats(
     if prometheus == "-" and as_json:
         raise ConfigError("--json and --prometheus - both write to stdout: write the gauges to a file instead")
     check_outputs(prometheus=prometheus)
-    try:
-        store, params = open_existing(state)
-        live = False
-    except StateInUseError:
-        store, params = _open_in_use(state)
-        live = True
+    store, params, live = open_for_reading(state)
     try:
         counted = state_stats(store, params, state, by_source, live)
     finally:
@@ -179,24 +182,12 @@ def stats(
         sys.stdout.write(stats_text(counted, state))
 
 
-def _open_in_use(state: Path) -> tuple[Any, "DedupeParams"]:
-    """A state another process holds, opened for reading without its lock (a RocksDB secondary instance).
-
-    Only the state's own directory: a sharded state's shards hold signatures, shingle sets and
-    bands, which ``stats`` does not read.
-    """
-    from stream_dedupe.core.engine import stored_params
-    from stream_dedupe.storage.rocks import RocksStore
-
-    store = RocksStore(state, reader=True)
-    params = stored_params(store)
-    if params is None:
-        store.close()
-        raise StateInUseError(
-            f"--state {state} is in use by another stream-dedupe process that has not written a batch to disk "
-            "yet: run this command again in a while"
-        )
-    return store, params
+def in_use_note(state: Path) -> str:
+    """What a reading command says on stderr when another process holds the state."""
+    return (
+        f"--state {state} is in use by another stream-dedupe process: read as that process last wrote it "
+        "to disk (a batch boundary); run again once it has finished for its final content"
+    )
 
 
 def stats_text(counted: "StateStats", state: Path) -> str:

@@ -138,6 +138,40 @@ def open_existing(state: Path) -> tuple[Any, DedupeParams]:
     return store, params
 
 
+def open_for_reading(state: Path) -> tuple[Any, DedupeParams, bool]:
+    """Open a state for a command that only reads it, also while another process holds it.
+
+    Returns:
+        ``(store, params, live)``: ``live`` is True when a running ``dedupe`` (or an open Python
+        ``Deduper``) holds the state; it is then read without its lock (a RocksDB secondary
+        instance) as that process had persisted it, up to its last flush: a batch boundary. Only
+        the state's own directory is opened then: a sharded state's shards (signatures, shingle
+        sets, bands) are not.
+
+    Raises:
+        ConfigError: as :func:`open_existing`.
+        StateInUseError: the process holding the state has not written a batch to disk yet.
+
+    """
+    from stream_dedupe.core.engine import stored_params
+    from stream_dedupe.storage.rocks import RocksStore
+
+    try:
+        store, params = open_existing(state)
+        return store, params, False
+    except StateInUseError:
+        pass
+    store = RocksStore(state, reader=True)
+    stored = stored_params(store)
+    if stored is None:
+        store.close()
+        raise StateInUseError(
+            f"--state {state} is in use by another stream-dedupe process that has not written a batch to disk "
+            "yet: run this command again in a while"
+        )
+    return store, stored, True
+
+
 def open_out(stack: ExitStack, path: str | None, mode: str) -> IO[bytes] | None:
     """An output file opened on ``stack`` (``-``: standard output; None: no output)."""
     if path is None:

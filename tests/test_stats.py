@@ -116,6 +116,14 @@ def test_stats_count_the_learned_lines_as_the_boilerplate_command_lists_them(tmp
     assert {name: s["learned_lines"] for name, s in got["sources"].items()} == Counter(x["source"] for x in listed)
     assert got["params"]["boilerplate"] == {"learn": True, "min_docs": 3, "min_tokens": 3}
 
+    # the same lines listed while a Python Deduper holds the state (read without its lock)
+    held = tmp_path / "held"
+    with Deduper.open(held, boilerplate_min_docs=3) as dd:
+        dd.add_many(docs)
+        live = cli("boilerplate", "--state", str(held))
+        assert "in use by another stream-dedupe process" in live.stderr
+        assert sorted(live.stdout.splitlines()) == sorted(cli("boilerplate", "--state", str(state)).stdout.splitlines())
+
     off = tmp_path / "off"
     cli("dedupe", str(corpus), "--state", str(off), "--no-learn-boilerplate", "--no-progress")
     assert stats_json(off)["learned_lines"] == 0
@@ -155,8 +163,8 @@ def test_the_python_api_counts_what_the_command_counts(tmp_path: Path) -> None:
 
 
 def test_stats_read_a_state_that_a_deduper_holds_as_it_committed_it(tmp_path: Path) -> None:
-    """The lock holder's committed batches (written with the log) are read without its lock;
-    the other commands on a state in use are told to wait, not to stop its user."""
+    """The lock holder's committed batches (written with the log) are read without its lock, by
+    stats, clusters and boilerplate; a command that writes is told to wait, not to stop its user."""
     state = tmp_path / "s"
     docs = [orjson.loads(line) for line in _documents(SAMPLE)]
     with Deduper.open(state) as dd:
@@ -168,12 +176,20 @@ def test_stats_read_a_state_that_a_deduper_holds_as_it_committed_it(tmp_path: Pa
         assert during["live"] is True and during["documents"] == 400
         text = cli("stats", "--state", str(state)).stdout
         assert "(in use by another process: as it had persisted it)" in text and "run: none on disk (a Python" in text
+        live_reads = {}
         for command in ("clusters", "boilerplate"):
-            result = cli(command, "--state", str(state), check=False)
-            assert result.returncode == 2, result.stderr
-            assert "is in use by another stream-dedupe process" in result.stderr
-            assert "run this command again once it has finished" in result.stderr and "stop that" not in result.stderr
+            result = cli(command, "--state", str(state))
+            assert "is in use by another stream-dedupe process: read as that process last wrote it" in result.stderr
+            live_reads[command] = result.stdout
+        assert len(live_reads["clusters"].splitlines()) == during["clusters_with_duplicates"] > 0
+        result = cli("expire", "--state", str(state), "--max-age", "=1d", check=False)
+        assert result.returncode == 2, result.stderr
+        assert "is in use by another stream-dedupe process" in result.stderr
+        assert "run this command again once it has finished" in result.stderr and "stop that" not in result.stderr
     after = stats_json(state, "--by-source")
+    for command, listed in live_reads.items():  # what was read live is what the closed state holds
+        result = cli(command, "--state", str(state))
+        assert result.stdout == listed and "in use" not in result.stderr, command
     assert after.pop("live") is False and during.pop("live") is True
     after.pop("disk_bytes"), during.pop("disk_bytes")
     assert after == during
