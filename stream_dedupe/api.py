@@ -17,7 +17,7 @@ a lock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from stream_dedupe.api_params import params_overrides
-from stream_dedupe.api_query import QueryPath, query_document
+from stream_dedupe.api_query import QueryPath, document_minhash, query_document
 from stream_dedupe.api_types import (
     Cluster,
     Decision,
@@ -298,28 +298,7 @@ class Deduper:
         (as :meth:`add` would sign it now; nothing is counted). The result has the index's
         ``num_perm`` and ``seed``: ``jaccard``, ``merge`` and ``MinHashLSH`` work with it.
         """
-        from datasketch import MinHash
-
-        from stream_dedupe.core.shingle import shingle_hash
-
-        engine = self._live()
-        learner = engine.boilerplate
-        if learner is not None:
-            before = learner.stripped_lines
-            text = learner.strip_and_count(text, source, count=False)
-            learner.stripped_lines = before
-        signed = engine.signer.sign([text])[0]
-        values = signed.signature
-        if values is None:  # below min_tokens the index keeps no signature: compute one anyway
-            values = engine.signer.hasher.signatures([engine.normalize(text).encode()])[0]
-        params = self.params
-        return MinHash(
-            num_perm=params.num_perm,
-            seed=params.seed,
-            hashfunc=shingle_hash,
-            hashvalues=values.copy(),
-            scheme="affine32",
-        )
+        return document_minhash(self._live(), text, source)
 
     def query_minhash(self, minhash: MinHash, threshold: float | None = None) -> list[Match]:
         """Documents whose MinHash estimate with ``minhash`` reaches ``threshold``; writes nothing.
@@ -354,15 +333,8 @@ class Deduper:
 
     def clusters(self, min_size: int = 2) -> Iterator[Cluster]:
         """The clusters, by label (``min_size=1`` includes singletons)."""
-        for c in iter_clusters(self.store, min_size):
-            yield Cluster(
-                str(c["cluster"]),
-                str(c["canonical"]),
-                int(str(c["size"])),
-                tuple(_strings(c["members"])),
-                tuple(_strings(c["representatives"])),
-                dict(c["covered_by"]) if isinstance(c["covered_by"], dict) else {},
-            )
+        for exported in iter_clusters(self.store, min_size):
+            yield Cluster.from_export(exported)
 
     def canonical_documents(self) -> Iterator[dict[str, Any]]:
         """The deduped set: the original document of every representative, by id."""
@@ -403,7 +375,3 @@ class Deduper:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-
-def _strings(value: object) -> Sequence[str]:
-    return [str(v) for v in value] if isinstance(value, list) else []

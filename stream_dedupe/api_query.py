@@ -27,7 +27,7 @@ import dataclasses
 from collections import Counter
 from collections.abc import Callable, Mapping
 from functools import reduce
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,6 +44,9 @@ from stream_dedupe.core.unionfind import UnionFind
 from stream_dedupe.core.verify import estimated_jaccard
 from stream_dedupe.errors import ConfigError
 from stream_dedupe.storage.state import StateView
+
+if TYPE_CHECKING:
+    from datasketch import MinHash
 
 #: Internal id of a queried text given without one: ranks after any document of equal length
 #: and date, so that an existing document wins the tie (as the smaller id would).
@@ -290,3 +293,32 @@ class QueryPath:
                 matches.append(match)
         matches.sort(key=lambda m: (-m.similarity, m.id))
         return matches
+
+
+def document_minhash(engine: DedupeEngine, text: str, source: str | None) -> MinHash:
+    """The MinHash of a text as ``add`` would sign it now, as a ``datasketch.MinHash`` (nothing counted).
+
+    The text is normalized and stripped of the lines learned as boilerplate for ``source``; a
+    text below ``min_tokens`` (which the index keeps no signature for) is signed all the same.
+    """
+    from datasketch import MinHash
+
+    from stream_dedupe.core.shingle import shingle_hash
+
+    learner = engine.boilerplate
+    if learner is not None:
+        before = learner.stripped_lines
+        text = learner.strip_and_count(text, source, count=False)
+        learner.stripped_lines = before
+    signed = engine.signer.sign([text])[0]
+    values = signed.signature
+    if values is None:
+        values = engine.signer.hasher.signatures([engine.normalize(text).encode()])[0]
+    params = engine.params
+    return MinHash(
+        num_perm=params.num_perm,
+        seed=params.seed,
+        hashfunc=shingle_hash,
+        hashvalues=values.copy(),
+        scheme="affine32",
+    )

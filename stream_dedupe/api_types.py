@@ -156,6 +156,23 @@ class Cluster:
     representatives: tuple[str, ...]
     covered_by: Mapping[str, str]
 
+    @classmethod
+    def from_export(cls, exported: Mapping[str, object]) -> Cluster:
+        """A cluster from one dict of :func:`stream_dedupe.exports.iter_clusters`."""
+        covered = exported["covered_by"]
+        return cls(
+            str(exported["cluster"]),
+            str(exported["canonical"]),
+            int(str(exported["size"])),
+            tuple(_strings(exported["members"])),
+            tuple(_strings(exported["representatives"])),
+            {str(k): str(v) for k, v in covered.items()} if isinstance(covered, dict) else {},
+        )
+
+
+def _strings(value: object) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, list) else []
+
 
 def split_events(events: list[Event]) -> list[list[Event]]:
     """Group a batch's events per record: each document event with the events that follow it."""
