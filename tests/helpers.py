@@ -1,8 +1,9 @@
-"""Small corpus builders shared by tests."""
+"""Small corpus builders and tool look-ups shared by tests."""
 
 from __future__ import annotations
 
 import random
+import shutil
 
 import orjson
 
@@ -37,3 +38,11 @@ def corpus(seed: int = 7, families: int = 30, copies: int = 3) -> list[tuple[str
             out.append((f"f{f:03d}-{c}", edit(rng, base, rng.randint(1, 2))))
         out.append((f"s{f:03d}", text(rng)))
     return out
+
+
+def promtool() -> str:
+    """The path of Prometheus's ``promtool``; never a skip: ``make test`` installs it (target ``tools``)."""
+    path = shutil.which("promtool")
+    if path is None:
+        raise FileNotFoundError("promtool is not installed: run `make tools` (Debian package prometheus)")
+    return path

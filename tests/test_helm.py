@@ -25,6 +25,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from .helpers import promtool
+
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "helm" / "stream-dedupe"
 INSTALL_SCRIPT = ROOT / "tools" / "helm" / "install.sh"
@@ -353,9 +355,7 @@ def test_service_monitor_and_prometheus_rule(tmp_path: Path) -> None:
     assert "StreamDedupeWorkerDown" in alerts and "StreamDedupeEmbeddedRunStopped" not in alerts
     rules_file = tmp_path / "rules.yaml"
     rules_file.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool not found: run `make tools` (Debian package prometheus)"
-    check = subprocess.run([promtool, "check", "rules", str(rules_file)], capture_output=True, text=True, check=False)
+    check = subprocess.run([promtool(), "check", "rules", str(rules_file)], capture_output=True, text=True, check=False)
     assert check.returncode == 0, check.stdout + check.stderr
     assert not [d for d in rendered("default") if d["apiVersion"].startswith("monitoring.coreos.com/")]
 

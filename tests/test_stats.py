@@ -22,9 +22,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from stream_dedupe import Deduper
 
+from .helpers import promtool
 from .test_cli import CLI, cli
 from .test_cli import read_jsonl as jsonl
-from .test_compose import promtool
 
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "crawl-sample.jsonl"
 
