@@ -50,7 +50,7 @@ from stream_dedupe.options import (
 )
 
 if TYPE_CHECKING:
-    from stream_dedupe.inputs import InputReadError
+    pass
 
 app = typer.Typer(
     name="stream-dedupe",
@@ -113,34 +113,6 @@ def _invalid_summary(counters: Counter[str], first: dict[str, Any] | None, event
         text += f"; the first at {where}: {first.get('detail')}"
     where_all = f"every one is an `invalid` event in {events}" if events else "pass --events FILE to list them all"
     return f"{text}; {where_all}."
-
-
-def _unfinished_message(events: Path, unfinished: dict[str, Any], inputs: list[str]) -> str:
-    """Why a run refuses to overwrite the events of an earlier run it cannot resume, and what to do."""
-    earlier = [str(i.get("path")) for i in unfinished.get("inputs", [])]
-    where = f"line {unfinished.get('line', 0):,} of {earlier[int(unfinished.get('file', 0))] if earlier else '?'}"
-    if "-" in earlier or "-" in inputs:
-        why = "standard input cannot be read again"
-    elif earlier == [os.path.realpath(p) for p in inputs]:
-        why = f"{', '.join(earlier)} changed since (size or modification time): a run resumes only the files it read"
-    else:
-        why = f"this run's inputs are not that run's ({', '.join(earlier)})"
-    return (
-        f"{events} holds the events of an earlier run into this state that did not finish (it committed up to "
-        f"{where}); this run cannot resume it ({why}) and would overwrite them. Move {events} away or pass "
-        "another --events (the state keeps every batch that run committed: its documents are `unchanged` now), "
-        "or run that run's command again to resume it"
-    )
-
-
-def _cut_input_message(exc: "InputReadError", events: Path | None) -> str:
-    """An input that ends early mid-run: what the state holds, and how to go on once the file is whole."""
-    kept = f"; their events are in {events}" if events is not None else ""
-    again = f"move {events} away or pass another --events, and " if events is not None else ""
-    return (
-        f"{exc}. The documents before it are decided and committed{kept}. Once the file is whole, {again}run the "
-        "command again: the documents committed come out `unchanged` and the rest are decided"
-    )
 
 
 def _directory_bytes(path: Path) -> int:
@@ -221,6 +193,12 @@ def dedupe(
     ] = 500,
     batch_size: Annotated[int, typer.Option(help="Documents per batch and per atomic commit.")] = 512,
     strict: Annotated[bool, typer.Option(help="Exit 1 if any record was invalid.")] = False,
+    abandon_unfinished: Annotated[
+        bool,
+        typer.Option(
+            help="Run even though the state's last run did not finish and could still be resumed (it then cannot be)."
+        ),
+    ] = False,
     jobs: Annotated[
         int | None,
         typer.Option(
@@ -283,10 +261,10 @@ def dedupe(
 
         resolve(resolve_params(None, overrides))
 
-    from stream_dedupe import warm_file
+    from stream_dedupe import run_guard, warm_file
     from stream_dedupe.core import jit
     from stream_dedupe.core.engine import DedupeEngine, stored_params
-    from stream_dedupe.embedded import can_redo, resume_point, rewind_events, run, unfinished_run
+    from stream_dedupe.embedded import can_redo, resume_point, rewind_events, run, run_checkpoint, unfinished_run
     from stream_dedupe.exports import iter_canonical_documents, summarize
     from stream_dedupe.reporting import ProgressReporter, print_summary, warm_kernels
     from stream_dedupe.sharded_state import open_state
@@ -318,7 +296,11 @@ def dedupe(
         resuming = resume_point(store, inputs, deletions or ()) is not None
         named = None if events in (None, "-") else Path(events)
         if not resuming and named is not None and (unfinished := unfinished_run(store, named)):
-            raise ConfigError(_unfinished_message(named, unfinished, inputs))
+            raise ConfigError(run_guard.overwrite_message(named, unfinished, inputs))
+        if not resuming and (replaced := run_checkpoint(store)) is not None:
+            if not abandon_unfinished and run_guard.resumable_run(store, inputs, deletions or ()) is not None:
+                raise ConfigError(run_guard.abandon_message(replaced, state))
+            err.print(f"[yellow]warning[/]: {run_guard.abandoned_note(replaced)}")
         if resuming and named is not None and (cut := rewind_events(store, named)):
             err.out(f"{named}: cut {cut:,} bytes of events of batches the state does not hold; deciding them again")
         events_out = open_out(stack, events, "ab" if resuming else "wb")
@@ -338,7 +320,7 @@ def dedupe(
             )
         except InputReadError as exc:
             reporter.close()
-            raise ConfigError(_cut_input_message(exc, named)) from exc
+            raise ConfigError(run_guard.cut_input_message(exc, named)) from exc
         except BrokenPipeError:
             # Not the quiet exit 0 of a listing into `head`: the run did not finish. 141 is what a
             # shell reports for a command a closed pipe ends (128 + SIGPIPE), e.g. under pipefail.

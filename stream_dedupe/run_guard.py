@@ -1,0 +1,117 @@
+"""What ``dedupe`` checks about the run before it, so that no run's decisions are lost.
+
+An interrupted run leaves a checkpoint in the state (:func:`stream_dedupe.embedded.run_checkpoint`):
+the inputs it read, the line it committed up to and where its events file ended. Running the same
+command again resumes it. A *different* run replaces that checkpoint, and then the interrupted one
+can no longer be resumed: running its command again decides its committed documents as
+``unchanged`` and rewrites its events file, so the decisions in that file would be lost. Hence:
+
+- a run that would replace a checkpoint that can still be resumed (its inputs are files, as they
+  were) is refused unless ``--abandon-unfinished`` is given (:func:`resumable_run`);
+- a run never overwrites the events file of an unfinished run (:func:`overwrite_message`).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from stream_dedupe.embedded import resume_point, run_checkpoint
+from stream_dedupe.inputs import identity
+from stream_dedupe.storage.base import KVStore
+
+
+def resumable_run(store: KVStore, inputs: list[str], deletions: Sequence[str]) -> dict[str, Any] | None:
+    """The checkpoint of an unfinished earlier run that this one would replace and that can still be resumed.
+
+    None when there is none, when this run resumes it (the same inputs), or when it cannot be
+    resumed anyway (it read standard input, or an input changed or is gone since).
+    """
+    checkpoint = run_checkpoint(store)
+    if checkpoint is None or resume_point(store, inputs, deletions) is not None:
+        return None
+    earlier = checkpoint.get("inputs") or []
+    for entry in earlier:
+        path = str(entry.get("path"))
+        if path == "-" or not os.path.isfile(path):
+            return None
+        now = identity(path)
+        if (now["size"], now["mtime_ns"]) != (entry.get("size"), entry.get("mtime_ns")):
+            return None
+    return checkpoint if earlier else None
+
+
+def earlier_command(checkpoint: dict[str, Any], state: Path) -> str:
+    """The command line that resumes the run of ``checkpoint``."""
+    args = ["stream-dedupe", "dedupe"]
+    deletions = []
+    for entry in checkpoint.get("inputs") or []:
+        if entry.get("kind") == "deletions":
+            deletions += ["--deletions", str(entry["path"])]
+        else:
+            args.append(str(entry["path"]))
+    args += [*deletions, "--state", str(state)]
+    events = (checkpoint.get("events") or {}).get("path")
+    if events:
+        args += ["--events", str(events)]
+    return shlex.join(args)
+
+
+def _where(checkpoint: dict[str, Any]) -> str:
+    earlier = [str(i.get("path")) for i in checkpoint.get("inputs") or []]
+    index = int(checkpoint.get("file", 0))
+    return f"line {int(checkpoint.get('line', 0)):,} of {earlier[index] if index < len(earlier) else '?'}"
+
+
+def abandon_message(checkpoint: dict[str, Any], state: Path) -> str:
+    """Why a run that would replace a resumable one is refused, and the two ways on."""
+    events = (checkpoint.get("events") or {}).get("path")
+    kept = f"; its events are in {events}" if events else ""
+    return (
+        f"the last run into --state {state} did not finish (it committed up to {_where(checkpoint)}{kept}) and can "
+        f"still be resumed: finish it first with `{earlier_command(checkpoint, state)}`, or pass "
+        "--abandon-unfinished to run this one anyway (that run can then not be resumed: its command run again "
+        "decides the documents it committed as `unchanged`, so give it another --events)"
+    )
+
+
+def abandoned_note(checkpoint: dict[str, Any]) -> str:
+    """The warning of a run that replaces an unfinished one."""
+    events = (checkpoint.get("events") or {}).get("path")
+    kept = f" Its events stay in {events}; do not let a later run overwrite them." if events else ""
+    return (
+        f"the last run into this state did not finish (it committed up to {_where(checkpoint)}); this run replaces "
+        f"its checkpoint, so it can no longer be resumed.{kept}"
+    )
+
+
+def overwrite_message(events: Path, unfinished: dict[str, Any], inputs: list[str]) -> str:
+    """Why a run refuses to overwrite the events of an earlier run it cannot resume, and what to do."""
+    earlier = [str(i.get("path")) for i in unfinished.get("inputs", [])]
+    keep = f"Move {events} away or pass another --events (the state keeps every batch that run committed: its "
+    keep += "documents are `unchanged` now)"
+    again = ""
+    if "-" in earlier or "-" in inputs:
+        why = "standard input cannot be read again"
+    elif earlier == [os.path.realpath(p) for p in inputs]:
+        why = f"{', '.join(earlier)} changed since (size or modification time): a run resumes only the files it read"
+    else:
+        why = f"this run's inputs are not that run's ({', '.join(earlier)})"
+        again = ", or run that run's command again to resume it"
+    return (
+        f"{events} holds the events of an earlier run into this state that did not finish (it committed up to "
+        f"{_where(unfinished)}); this run cannot resume it ({why}) and would overwrite them. {keep}{again}"
+    )
+
+
+def cut_input_message(exc: Exception, events: Path | None) -> str:
+    """An input that ends early mid-run: what the state holds, and how to go on once the file is whole."""
+    kept = f"; their events are in {events}" if events is not None else ""
+    again = f"move {events} away or pass another --events, and " if events is not None else ""
+    return (
+        f"{exc}. The documents before it are decided and committed{kept}. Once the file is whole, {again}run the "
+        "command again: the documents committed come out `unchanged` and the rest are decided"
+    )

@@ -1,0 +1,68 @@
+"""``dedupe`` never loses the decisions of an unfinished run: another run does not replace it unasked."""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+
+import orjson
+
+from .test_cli import cli
+from .test_cli import read_jsonl as jsonl
+
+
+def _cut_run(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A run stopped by a download cut short: its input, its state and its events."""
+    docs = [{"id": f"d{i}", "text": " ".join(f"w{(i * 7 + j) % 997}" for j in range(40))} for i in range(3000)]
+    whole = gzip.compress(b"".join(orjson.dumps(d) + b"\n" for d in docs))
+    corpus = tmp_path / "crawl.jsonl.gz"
+    corpus.write_bytes(whole[: len(whole) * 2 // 3])
+    state, events = tmp_path / "s", tmp_path / "events.jsonl"
+    first = cli(
+        "dedupe", str(corpus), "--state", str(state), "--events", str(events), "--batch-size", "100", check=False
+    )
+    assert first.returncode == 2, first.stderr
+    return corpus, state, events
+
+
+def _other_input(tmp_path: Path) -> Path:
+    other = tmp_path / "other.jsonl"
+    other.write_bytes(orjson.dumps({"id": "x1", "text": "a different page about something else entirely"}) + b"\n")
+    return other
+
+
+def test_a_run_that_would_replace_a_resumable_one_is_refused_until_told(tmp_path: Path) -> None:
+    corpus, state, events = _cut_run(tmp_path)
+    decided = events.read_bytes()
+    unfinished = orjson.loads(cli("stats", "--state", str(state), "--json").stdout)["unfinished_run"]
+    assert unfinished["path"] == os.path.realpath(corpus)
+
+    other, other_events = _other_input(tmp_path), tmp_path / "other-events.jsonl"
+    refused = cli("dedupe", str(other), "--state", str(state), "--events", str(other_events), check=False)
+    assert refused.returncode == 2, refused.stderr
+    message = " ".join(refused.stderr.split())
+    assert "did not finish" in message and "can still be resumed" in message and "--abandon-unfinished" in message
+    assert f"stream-dedupe dedupe {os.path.realpath(corpus)} --state {state} --events {events.resolve()}" in message
+    # nothing changed: the same checkpoint, the first run's events, no decision of the refused run
+    assert orjson.loads(cli("stats", "--state", str(state), "--json").stdout)["unfinished_run"] == unfinished
+    assert events.read_bytes() == decided and not other_events.exists()
+
+    # the resume command the message gives resumes it (up to the cut again: the file is still cut)
+    again = cli("dedupe", str(corpus), "--state", str(state), "--events", str(events), check=False)
+    assert again.returncode == 2 and "abandon" not in again.stderr
+
+    told = cli("dedupe", str(other), "--state", str(state), "--events", str(other_events), "--abandon-unfinished")
+    assert "warning" in told.stderr and "can no longer be resumed" in " ".join(told.stderr.split())
+    assert [e["event"] for e in jsonl(other_events) if e.get("id") == "x1"] == ["new"]
+    assert orjson.loads(cli("stats", "--state", str(state), "--json").stdout)["unfinished_run"] is None
+    assert events.read_bytes() == decided  # the first run's events are kept
+
+
+def test_a_run_that_cannot_be_resumed_any_more_is_replaced_with_a_warning(tmp_path: Path) -> None:
+    corpus, state, events = _cut_run(tmp_path)
+    corpus.write_bytes(corpus.read_bytes() + b"more")  # the input changed: that run cannot be resumed
+    other = _other_input(tmp_path)
+    replaced = cli("dedupe", str(other), "--state", str(state), "--events", str(tmp_path / "other-events.jsonl"))
+    text = " ".join(replaced.stderr.split())
+    assert "warning" in text and "can no longer be resumed" in text and f"Its events stay in {events.resolve()}" in text
