@@ -145,8 +145,8 @@ def dedupe(
         str | None,
         typer.Option(
             help=default_help(
-                "Write the deduped set as JSONL to this file: the original JSON of every representative (each "
-                "cluster's canonical, and any member that no representative covers).",
+                "Write the deduped set as JSONL to this file (- for stdout): the original JSON of every "
+                "representative (each cluster's canonical, and any member that no representative covers).",
                 "none",
             )
         ),
@@ -237,7 +237,7 @@ def dedupe(
         check_inputs(inputs)  # no input at all: says what to pass
     if deletions:
         check_inputs(deletions)
-    check_outputs(events=events, deduped=deduped)
+    check_outputs(reads=[*inputs, *(deletions or ())], events=events, deduped=deduped)
     overrides = {
         "threshold": threshold,
         "num_perm": num_perm,
@@ -346,9 +346,12 @@ def dedupe(
             err.print(f"[yellow]interrupted[/] after {result.lines} lines; the state is consistent. {again}")
             raise typer.Exit(130)
         if deduped:
-            with open(deduped, "wb") as out:
+            with ExitStack() as outputs:
+                out = open_out(outputs, deduped, "wb")  # - is standard output
+                assert out is not None
                 for raw in iter_canonical_documents(store):
                     out.write(raw + b"\n")
+                out.flush()
         print_summary(err, result, summarize(store), engine)
     if strict and result.counters["invalid"]:
         err.print(f"[red]--strict[/]: {_invalid_summary(result.counters, result.first_invalid, events)}")

@@ -7,6 +7,7 @@ import gc
 import inspect
 import os
 import sys
+from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, Any
@@ -88,14 +89,42 @@ def gc_from_here() -> None:
         gc.enable()
 
 
-def check_outputs(**paths: str | None) -> None:
-    """Fail before anything is created when an output file cannot be written."""
-    for flag, path in paths.items():
-        if path is None or path == "-":
+def check_outputs(*, reads: Sequence[str] = (), **paths: str | None) -> None:
+    """Fail before anything is created when an output file cannot be written, or would clobber an input.
+
+    Args:
+        reads: The command's input files: an output that is one of them is refused (writing it
+            would truncate the input before it is read).
+        **paths: Each output flag (without ``--``) and its path; None: not given, ``-``: stdout.
+
+    Raises:
+        ConfigError: an output's directory is missing or not writable, an output is a directory,
+            is one of the inputs or another output, or two outputs are standard output.
+
+    """
+    given = {flag: path for flag, path in paths.items() if path is not None}
+    to_stdout = [f"--{flag} -" for flag, path in given.items() if path == "-"]
+    if len(to_stdout) > 1:
+        raise ConfigError(f"{' and '.join(to_stdout)} both write to standard output: write one of them to a file")
+    seen: dict[str, str] = {}
+    inputs = {os.path.realpath(p): p for p in reads if p != "-"}
+    for flag, path in given.items():
+        if path == "-":
             continue
-        parent = Path(path).resolve().parent
+        target = Path(path)
+        if target.is_dir():
+            raise ConfigError(f"--{flag} {path} is a directory: give a file name (e.g. {target / (flag + '.jsonl')})")
+        parent = target.resolve().parent
         if not parent.is_dir() or not os.access(parent, os.W_OK):
             raise ConfigError(f"--{flag} {path}: directory {parent} does not exist or is not writable")
+        real = os.path.realpath(path)
+        if real in inputs:
+            raise ConfigError(
+                f"--{flag} {path} is the input {inputs[real]}: writing it would destroy the input; give another file"
+            )
+        if real in seen:
+            raise ConfigError(f"--{flag} and --{seen[real]} are the same file {path}: give each its own")
+        seen[real] = flag
 
 
 def is_state(state: Path) -> bool:

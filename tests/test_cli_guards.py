@@ -1,4 +1,4 @@
-"""``dedupe`` never loses the decisions of an unfinished run: another run does not replace it unasked."""
+"""Nothing a user has is lost by a command: the decisions of an unfinished run, an input, a directory."""
 
 from __future__ import annotations
 
@@ -66,3 +66,47 @@ def test_a_run_that_cannot_be_resumed_any_more_is_replaced_with_a_warning(tmp_pa
     replaced = cli("dedupe", str(other), "--state", str(state), "--events", str(tmp_path / "other-events.jsonl"))
     text = " ".join(replaced.stderr.split())
     assert "warning" in text and "can no longer be resumed" in text and f"Its events stay in {events.resolve()}" in text
+
+
+def test_an_output_never_clobbers_an_input_and_a_directory_is_no_output(tmp_path: Path) -> None:
+    sample = Path(__file__).resolve().parents[1] / "examples" / "crawl-sample.jsonl"
+    corpus = tmp_path / "in.jsonl"
+    corpus.write_bytes(sample.read_bytes())
+    state = tmp_path / "s"
+    cases = {
+        ("--events", str(corpus)): "is the input",
+        ("--deduped", str(tmp_path / "." / "in.jsonl")): "is the input",
+        ("--events", str(tmp_path)): "is a directory",
+        ("--deduped", str(tmp_path)): "is a directory",
+    }
+    for (flag, path), expected in cases.items():
+        result = cli("dedupe", str(corpus), "--state", str(state), flag, path, check=False)
+        assert result.returncode == 2 and expected in result.stderr, (flag, path, result.stderr)
+        assert "Traceback" not in result.stderr
+    same = cli(
+        "dedupe",
+        str(corpus),
+        "--state",
+        str(state),
+        "--events",
+        str(tmp_path / "o"),
+        "--deduped",
+        str(tmp_path / "o"),
+        check=False,
+    )
+    assert same.returncode == 2 and "are the same file" in same.stderr
+    both = cli("dedupe", str(corpus), "--state", str(state), "--events", "-", "--deduped", "-", check=False)
+    assert both.returncode == 2 and "both write to standard output" in both.stderr
+    assert corpus.read_bytes() == sample.read_bytes() and not state.exists()  # nothing read, written or created
+    for command in (["clusters", "-o"], ["stats", "--prometheus"]):
+        result = cli(*command[:1], "--state", str(state), *command[1:], str(tmp_path), check=False)
+        assert result.returncode == 2 and "is a directory" in result.stderr, result.stderr
+
+
+def test_the_deduped_set_can_go_to_standard_output(tmp_path: Path) -> None:
+    sample = Path(__file__).resolve().parents[1] / "examples" / "crawl-sample.jsonl"
+    to_file, to_stdout = tmp_path / "deduped.jsonl", tmp_path / "s2"
+    cli("dedupe", str(sample), "--state", str(tmp_path / "s1"), "--deduped", str(to_file), "--no-progress")
+    piped = cli("dedupe", str(sample), "--state", str(to_stdout), "--deduped", "-", "--no-progress")
+    assert piped.stdout.encode() == to_file.read_bytes() and len(piped.stdout.splitlines()) == 291
+    assert not (Path.cwd() / "-").exists()
