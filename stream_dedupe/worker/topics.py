@@ -99,7 +99,7 @@ def worker_topics(settings: WorkerSettings) -> list[TopicSpec]:
     index = {"retention.ms": str(INDEX_RETENTION_MS), "retention.bytes": "-1"}
     topics = [
         spec(settings.input_topic, n, "input", None, {}),
-        spec(settings.events_topic, n, "events", None, {}),
+        spec(settings.events_topic, 1, "events", None, {}),  # one partition: the decision order, by seq
         spec(settings.deduped_topic, n, "deduped", doc, DEDUPED_CONFIG),
         spec(settings.dlq_topic, n, "dlq", dlq, {}),
         spec(settings.index_topic, 1, "index", doc, index),
