@@ -236,7 +236,7 @@ def dedupe(
     if inputs or not deletions:
         check_inputs(inputs)  # no input at all: says what to pass
     if deletions:
-        check_inputs(deletions)
+        check_inputs(deletions, "--deletions")
     check_outputs(reads=[*inputs, *(deletions or ())], events=events, deduped=deduped)
     overrides = {
         "threshold": threshold,
@@ -343,7 +343,7 @@ def dedupe(
                 else "Standard input cannot be resumed: send the rest of the input (all of it will do: the "
                 "documents committed are `unchanged` now) with --events to another file."
             )
-            err.print(f"[yellow]interrupted[/] after {result.lines} lines; the state is consistent. {again}")
+            err.print(f"[yellow]interrupted[/] after {result.lines:,} lines; the state is consistent. {again}")
             raise typer.Exit(130)
         if deduped:
             with ExitStack() as outputs:

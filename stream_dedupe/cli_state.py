@@ -4,10 +4,11 @@ Registered on the app by :mod:`stream_dedupe.cli` (no ``from __future__ import a
 for the same reason as there: typer reads the annotations).
 """
 
+import shlex
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -83,8 +84,9 @@ def expire(
             return
         engine = DedupeEngine(params, store)
         counts = expire_documents(engine, ids, open_out(stack, events, "ab"), 512)
+        noun = "document" if len(ids) == 1 else "documents"
         err.print(
-            f"expired {len(ids):,} documents; {counts['canonical-changed']:,} canonical changes, "
+            f"expired {len(ids):,} {noun}; {counts['canonical-changed']:,} canonical changes, "
             f"{counts['cluster-split']:,} cluster splits"
         )
 
@@ -208,7 +210,8 @@ def stats_text(counted: "StateStats", state: Path) -> str:
     ]
     width = max(len(what) for what, _ in counts)
     values = max(len(value) for _, value in counts)
-    title = f"state {state}" + (" (in use by another process: as it had persisted it)" if counted.live else "")
+    in_use = " (in use by another process: as it had persisted it)" if counted.live else ""
+    title = f"state directory {state}{in_use}"
     lines = [title, *(f"  {what:<{width}}  {value:>{values}}" for what, value in counts)]
     if counted.live and run is not None:
         lines.append(f"run: in progress, persisted up to line {run['line']:,} of {run['path']}")
@@ -220,15 +223,32 @@ def stats_text(counted: "StateStats", state: Path) -> str:
         lines.append(
             f"last run: unfinished, committed up to line {run['line']:,} of {run['path']} (run it again to resume)"
         )
-    boilerplate = f"min docs {learn['min_docs']:,}, min tokens {learn['min_tokens']}" if learn["learn"] else "off"
-    lines.append(
-        f"parameters: threshold {p['threshold']} ({p['verify']} verification), shingles {p['shingle']}, "
-        f"{p['num_perm']} permutations, {p['bands']} bands x {p['rows']} rows, "
-        f"title guard {'on' if p['title_guard'] else 'off'}, learned boilerplate {boilerplate}"
-    )
+    lines.append("parameters (stored in the state; a run on it takes them from there):")
+    lines.extend(f"  {line}" for line in parameter_lines(p, counted.index_shards))
     if counted.sources is not None:
         lines.extend(["by source:", _sources_table(counted)])
     return "\n".join(lines) + "\n"
+
+
+def parameter_lines(p: dict[str, Any], index_shards: int) -> list[str]:
+    """The stored parameters as the ``dedupe`` flags that set them, a few to a line."""
+    learn = p["boilerplate"]
+    patterns = p.get("normalization_patterns") or {}
+    groups = [
+        [f"--threshold {p['threshold']}", f"--verify {p['verify']}", f"--estimate-margin {p['estimate_margin']}"],
+        [f"--shingle {p['shingle']}", f"--num-perm {p['num_perm']}", f"--seed {p['seed']}"],
+        [f"--bands {p['bands']}", f"--rows {p['rows']}", f"--min-tokens {p['min_tokens']}"],
+        ["--title-guard" if p["title_guard"] else "--no-title-guard", f"--index-shards {index_shards}"],
+        [
+            "--learn-boilerplate" if learn["learn"] else "--no-learn-boilerplate",
+            f"--boilerplate-min-docs {learn['min_docs']:,}",
+            f"--boilerplate-min-tokens {learn['min_tokens']}",
+        ],
+        [f"--source-threshold {source}={t}" for source, t in sorted((p.get("source_thresholds") or {}).items())],
+    ]
+    for kind in ("strip", "header", "footer"):
+        groups.append([f"--{kind}-pattern {shlex.quote(pattern)}" for pattern in patterns.get(kind, [])])
+    return ["  ".join(group) for group in groups if group]
 
 
 def _sources_table(counted: "StateStats") -> str:

@@ -132,13 +132,15 @@ def is_state(state: Path) -> bool:
     return (state / "CURRENT").exists()
 
 
-def check_new_state_dir(state: Path) -> None:
-    """A directory about to become a state: missing, or empty."""
+def check_new_state_dir(state: Path, flag: str = "--state") -> None:
+    """A directory about to become a state: missing, or empty (``flag`` names it in the message)."""
     if state.exists() and (not state.is_dir() or any(state.iterdir())):
-        raise ConfigError(
-            f"--state {state} exists and is not a stream-dedupe state directory: "
-            "give a new or empty directory (it is created if missing)"
+        what = (
+            "is a stream-dedupe state already"
+            if is_state(state)
+            else "exists and is not a stream-dedupe state directory"
         )
+        raise ConfigError(f"{flag} {state} {what}: give a new or empty directory (it is created if missing)")
 
 
 def open_existing(state: Path) -> tuple[Any, DedupeParams]:

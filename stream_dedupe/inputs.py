@@ -46,7 +46,7 @@ def total_bytes(paths: list[str]) -> int | None:
     return sum(os.path.getsize(p) for p in paths)
 
 
-def check_inputs(paths: list[str]) -> None:
+def check_inputs(paths: list[str], flag: str = "input") -> None:
     """Fail early, with a clear message, on inputs that cannot be read.
 
     Raises:
@@ -60,9 +60,9 @@ def check_inputs(paths: list[str]) -> None:
             continue
         p = Path(path)
         if not p.is_file():
-            raise ConfigError(f"input {path} does not exist or is not a file")
+            raise ConfigError(f"{flag} {path} does not exist or is not a file")
         if not os.access(p, os.R_OK):
-            raise ConfigError(f"input {path} is not readable")
+            raise ConfigError(f"{flag} {path} is not readable")
 
 
 _BOM = b"\xef\xbb\xbf"

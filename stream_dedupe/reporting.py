@@ -151,6 +151,7 @@ def summary_rows(result: RunResult, clusters: ClusterSummary, engine: DedupeEngi
         ("duplicate-of (covered on arrival)", f"{c['duplicate-of']:,}"),
         ("  of which exact", f"{c['exact-duplicate']:,}"),
         ("unchanged", f"{c['unchanged']:,}"),
+        ("deleted", f"{c['deleted']:,}"),
         ("invalid", f"{c['invalid']:,}"),
         ("duplicate rate on arrival", f"{(c['duplicate-of'] / decided if decided else 0.0):.2%}"),
         ("documents in state", f"{clusters.documents:,}"),

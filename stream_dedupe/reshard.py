@@ -51,7 +51,7 @@ def reshard(source: Path, target: Path, shards: int) -> dict[str, int]:
 
     if shards < 1:
         raise ConfigError(f"--index-shards must be 1 (no shards) or more, got {shards}")
-    check_new_state_dir(target)
+    check_new_state_dir(target, "--to")
     store, params = open_existing(source)
     building = partial_dir(target)
     shutil.rmtree(building, ignore_errors=True)  # what an interrupted re-shard into the same target left

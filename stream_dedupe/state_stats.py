@@ -64,6 +64,7 @@ class StateStats:
         disk_bytes: Bytes of the state directory on disk (its shards included), or None for a
             state in memory.
         params: The parameters the state was built with (as stored).
+        index_shards: Index shards of the state (``--index-shards``; 1: not sharded).
         sources: Per ``source`` (``""``: documents without one), when asked for.
         live: True when another process was writing the state: the counts are as it had
             persisted it (every batch up to its last flush), and :attr:`unfinished_run` is where
@@ -82,6 +83,7 @@ class StateStats:
     unfinished_run: dict[str, Any] | None
     disk_bytes: int | None
     params: dict[str, Any]
+    index_shards: int = 1
     sources: dict[str, SourceStats] | None = field(default=None)
     live: bool = False
 
@@ -146,9 +148,18 @@ def state_stats(
         unfinished_run=_unfinished(run_checkpoint(store)),
         disk_bytes=None if path is None else tree_bytes(path),
         params=params.to_state(),
+        index_shards=_index_shards(store),
         sources={name: SourceStats(*counts) for name, counts in per_source.items()} if by_source else None,
         live=live,
     )
+
+
+def _index_shards(store: KVStore) -> int:
+    """The state's ``--index-shards`` (stored when it was built sharded; 1 otherwise)."""
+    from stream_dedupe.core.sharding.gather import LAYOUT_KEY
+
+    raw = store.get_many("meta", [LAYOUT_KEY])[0]
+    return 1 if raw is None else int(raw)
 
 
 def _unfinished(checkpoint: dict[str, Any] | None) -> dict[str, Any] | None:

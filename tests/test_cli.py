@@ -343,7 +343,7 @@ def test_expire_command(tmp_path: Path) -> None:
     assert cli(*args, "--dry-run").stdout.split() == ["old-news"]
     events = tmp_path / "ev.jsonl"
     result = cli(*args, "--events", str(events))
-    assert "expired 1 documents" in result.stderr
+    assert "expired 1 document;" in result.stderr
     evs = read_jsonl(events)
     assert evs[0]["event"] == "deleted" and evs[0]["id"] == "old-news"
     assert any(e["event"] == "canonical-changed" and e["canonical"] == "new-news" for e in evs)

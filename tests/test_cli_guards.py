@@ -110,3 +110,22 @@ def test_the_deduped_set_can_go_to_standard_output(tmp_path: Path) -> None:
     piped = cli("dedupe", str(sample), "--state", str(to_stdout), "--deduped", "-", "--no-progress")
     assert piped.stdout.encode() == to_file.read_bytes() and len(piped.stdout.splitlines()) == 291
     assert not (Path.cwd() / "-").exists()
+
+
+def test_the_summary_counts_deletions_so_that_the_rows_add_up(tmp_path: Path) -> None:
+    corpus = tmp_path / "in.jsonl"
+    lines = [
+        {"id": "a", "text": "one two three four five six seven eight nine ten eleven twelve"},
+        {"id": "a", "deleted": True},
+        {"id": "never-seen", "deleted": True},
+        {"id": "b", "text": "x", "deleted": "yes"},
+    ]
+    corpus.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in lines))
+    run = cli("dedupe", str(corpus), "--state", str(tmp_path / "s"), "--no-progress")
+    rows = dict(line.strip().rsplit(None, 1) for line in run.stderr.splitlines() if line.startswith("  "))
+    assert (rows["input lines"], rows["new (entered the index)"], rows["deleted"], rows["invalid"]) == (
+        "4",
+        "1",
+        "2",
+        "1",
+    )

@@ -261,8 +261,9 @@ def test_progress_without_a_terminal_is_whole_lines(tmp_path: Path) -> None:
     assert not set("┌│├└") & set(result.stderr)  # the summary is plain text, not a table drawn for 80 columns
     summary = lines[lines.index("stream-dedupe summary") + 1 :]
     rows = dict(match.groups() for line in summary if (match := re.match(r"^  (.+?)  +(\S+)$", line)))
-    assert len(rows) == len(summary) == 22, summary  # every line after the title is one row: what, value
+    assert len(rows) == len(summary) == 23, summary  # every line after the title is one row: what, value
     assert rows["input lines"] == "402" and rows["invalid"] == "2" and rows["  of which exact"].isdigit()
+    assert rows["deleted"] == "0"
     assert rows["representatives (the deduped set)"] == "291" and rows["dropped rate"].endswith("%")
     # the sample is small: numba is never imported; the ahead-of-time module is used when `make` built it
     built = (aot.cache_root() / aot.build_key() / "manifest.json").exists()

@@ -40,6 +40,45 @@ def test_bad_records_have_reasons(raw: bytes, reason: str) -> None:
     assert result.detail
 
 
+@pytest.mark.parametrize(
+    ("raw", "reason", "detail"),
+    [
+        (b"null", "not-object", "record must be a JSON object, got null"),
+        (b"[1]", "not-object", "record must be a JSON object, got an array"),
+        (b'{"id": "", "text": "x"}', "missing-id", '"id" is empty (a non-empty string is required)'),
+        (b'{"text": "x"}', "missing-id", 'record has no "id" (a non-empty string is required)'),
+        (b'{"id": 5, "text": "x"}', "bad-id", '"id" must be a string, got a number'),
+        (b'{"id": "a", "text": null}', "missing-text", '"text" is null (a string is required)'),
+        (b'{"id": "a", "text": ["x"]}', "bad-text", '"text" must be a string, got an array'),
+        (
+            b'{"id": "a", "text": "x", "deleted": "yes"}',
+            "bad-field",
+            '"deleted" must be true (the document is gone) or false, got a string',
+        ),
+        (
+            b'{"id": "a", "deleted": "true"}',
+            "bad-field",
+            '"deleted" must be true (the document is gone) or false, got a string',
+        ),
+        (
+            b'{"id": "a", "deleted": 1}',
+            "bad-field",
+            '"deleted" must be true (the document is gone) or false, got a number',
+        ),
+    ],
+)
+def test_details_name_the_json_types_and_a_bad_deletion_marker_is_no_document(
+    raw: bytes, reason: str, detail: str
+) -> None:
+    result = parse_document(raw, 1024)
+    assert isinstance(result, Invalid) and (result.reason, result.detail) == (reason, detail)
+
+
+def test_deleted_false_is_a_document_and_true_a_deletion() -> None:
+    assert isinstance(parse_document(b'{"id": "a", "text": "x", "deleted": false}', 1024), Document)
+    assert parse_document(b'{"id": "a", "deleted": true}', 1024) == Deletion("a")
+
+
 def test_valid_document() -> None:
     raw = b'{"id": "a", "text": "x", "source": "wiki", "updated_at": "2024-05-01T12:00:00+02:00", "metadata": {}}'
     result = parse_document(raw, 1024)

@@ -197,7 +197,10 @@ def test_reshard_copies_a_state_that_then_runs_on_exactly_as_the_original(tmp_pa
         [*CLI, "reshard", "--state", str(tmp_path / "plain"), "--to", str(tmp_path / "two"), "--index-shards", "2"],
         capture_output=True,
     )
-    assert refused.returncode == 2 and b"not a stream-dedupe state directory" in refused.stderr
+    assert (
+        refused.returncode == 2
+        and f"--to {tmp_path / 'two'} is a stream-dedupe state already".encode() in refused.stderr
+    )
 
 
 def test_an_interrupted_reshard_leaves_no_state_behind_and_the_next_one_completes(

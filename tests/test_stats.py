@@ -277,3 +277,30 @@ def test_stats_as_prometheus_gauges_pass_promtool_and_equal_the_json(tmp_path: P
     }
     both = cli("stats", "--state", str(state), "--json", "--prometheus", "-", check=False)
     assert both.returncode == 2 and "both write to stdout" in both.stderr
+
+
+def test_stats_give_every_stored_parameter_as_its_flag_and_the_index_shards(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    flags = ["--min-tokens", "5", "--boilerplate-min-tokens", "7", "--no-title-guard", "--seed", "3"]
+    flags += ["--source-threshold", "wiki=0.9", "--strip-pattern", "Page [0-9]+ of", "--index-shards", "2"]
+    cli("dedupe", str(SAMPLE), "--state", str(state), "--no-progress", *flags)
+    got = stats_json(state)
+    assert got["index_shards"] == 2 and got["params"]["min_tokens"] == 5
+    text = cli("stats", "--state", str(state)).stdout
+    assert text.startswith(f"state directory {state}\n")
+    listed = text.split("parameters (stored in the state; a run on it takes them from there):\n", 1)[1]
+    for expected in (
+        "--min-tokens 5",
+        "--boilerplate-min-tokens 7",
+        "--no-title-guard",
+        "--seed 3",
+        "--source-threshold wiki=0.9",
+        "--strip-pattern 'Page [0-9]+ of'",
+        "--index-shards 2",
+        "--threshold 0.8",
+        "--verify exact",
+    ):
+        assert expected in listed, expected
+    unsharded = tmp_path / "plain"
+    cli("dedupe", str(SAMPLE), "--state", str(unsharded), "--no-progress")
+    assert stats_json(unsharded)["index_shards"] == 1

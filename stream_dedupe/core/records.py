@@ -164,7 +164,7 @@ def parse_document(raw: bytes, max_bytes: int, limits: ParseLimits | None = None
             )
         return Invalid("not-json", f"record is not JSON: {exc}", peek_id(raw))
     if not isinstance(value, dict):
-        return Invalid("not-object", f"record must be a JSON object, got {type(value).__name__}")
+        return Invalid("not-object", f"record must be a JSON object, got {json_type(value)}")
     return _validate_object(value, raw, limits)
 
 
@@ -268,29 +268,54 @@ def _id_too_long(size: int, limits: ParseLimits, what: str) -> Invalid:
     return Invalid("id-too-long", f"{what} is {size} bytes, over the limit of {limit} (max_id_bytes): use shorter ids")
 
 
+def json_type(value: object) -> str:
+    """The JSON name of a decoded value's type (``null``, ``string``, ``number``, ...), for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object" if isinstance(value, dict) else type(value).__name__
+
+
+def _missing(name: str, value: dict[str, Any]) -> str:
+    """``record has no "name"``, or that it is null or empty."""
+    if name not in value:
+        return f'record has no "{name}"'
+    return f'"{name}" is null' if value[name] is None else f'"{name}" is empty'
+
+
 def _validate_object(value: dict[str, Any], raw: bytes, limits: ParseLimits) -> Document | Invalid | Deletion:
     doc_id = value.get("id")
     if doc_id is None or doc_id == "":
-        return Invalid("missing-id", 'record has no "id" (a non-empty string is required)')
+        return Invalid("missing-id", f"{_missing('id', value)} (a non-empty string is required)")
     if not isinstance(doc_id, str):
-        return Invalid("bad-id", f'"id" must be a string, got {type(doc_id).__name__}')
+        return Invalid("bad-id", f'"id" must be a string, got {json_type(doc_id)}')
     id_bytes = len(doc_id.encode("utf-8", "surrogatepass"))
     if id_bytes > limits.max_id_bytes:
         return _id_too_long(id_bytes, limits, '"id"')
-    if value.get("deleted") is True:
+    deleted = value.get("deleted")
+    if deleted is True:
         return Deletion(doc_id)
+    if deleted is not None and deleted is not False:  # "yes", 1, "true": say so, never index or drop it
+        return Invalid(
+            "bad-field", f'"deleted" must be true (the document is gone) or false, got {json_type(deleted)}', doc_id
+        )
     text = value.get("text")
     if text is None:
-        return Invalid("missing-text", 'record has no "text" (a string is required)', doc_id)
+        return Invalid("missing-text", f"{_missing('text', value)} (a string is required)", doc_id)
     if not isinstance(text, str):
-        return Invalid("bad-text", f'"text" must be a string, got {type(text).__name__}', doc_id)
+        return Invalid("bad-text", f'"text" must be a string, got {json_type(text)}', doc_id)
     for name in _OPTIONAL_STRINGS:
         field = value.get(name)
         if field is not None and not isinstance(field, str):
-            return Invalid("bad-field", f'"{name}" must be a string, got {type(field).__name__}', doc_id)
+            return Invalid("bad-field", f'"{name}" must be a string, got {json_type(field)}', doc_id)
     metadata = value.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
-        return Invalid("bad-field", f'"metadata" must be an object, got {type(metadata).__name__}', doc_id)
+        return Invalid("bad-field", f'"metadata" must be an object, got {json_type(metadata)}', doc_id)
     if metadata:
         too_big = _metadata_problem(metadata, limits)
         if too_big:
