@@ -119,7 +119,7 @@ def _directory_bytes(path: Path) -> int:
     """Bytes of the files directly in ``path`` (a RocksDB directory has no subdirectories), 0 if missing."""
     try:
         return sum(entry.stat().st_size for entry in os.scandir(path) if entry.is_file())
-    except FileNotFoundError:
+    except OSError:  # missing, or not a directory: the state open says why
         return 0
 
 
@@ -137,7 +137,8 @@ def dedupe(
     inputs: Annotated[
         list[str] | None,
         typer.Argument(
-            help="JSONL inputs (.jsonl, .jsonl.gz), or - for stdin; none with --deletions only.", show_default=False
+            help="JSONL inputs (plain, or gzip, bzip2 or xz compressed), or - for stdin; none with --deletions only.",
+            show_default=False,
         ),
     ] = None,
     events: Annotated[str | None, typer.Option(help=EVENTS_HELP)] = None,
@@ -353,6 +354,11 @@ def dedupe(
                     out.write(raw + b"\n")
                 out.flush()
         print_summary(err, result, summarize(store), engine)
+        if result.lines and result.counters["invalid"] == result.lines:
+            err.print(
+                f"[yellow]warning[/]: every one of the {result.lines:,} lines read was invalid: is the input JSON "
+                "lines (one object per line, plain or gzip, bzip2 or xz compressed)? The `invalid` events say why"
+            )
     if strict and result.counters["invalid"]:
         err.print(f"[red]--strict[/]: {_invalid_summary(result.counters, result.first_invalid, events)}")
         raise typer.Exit(1)

@@ -1,14 +1,17 @@
-"""Reading JSON-lines input: plain files, gzip files and standard input, line by line as bytes."""
+"""Reading JSON-lines input: plain, gzip, bzip2 and xz files and standard input, line by line as bytes."""
 
 from __future__ import annotations
 
+import bz2
 import gzip
+import lzma
 import os
+import shlex
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from stream_dedupe.errors import ConfigError
 
@@ -54,7 +57,7 @@ def check_inputs(paths: list[str], flag: str = "input") -> None:
 
     """
     if not paths:
-        raise ConfigError("no input given: pass one or more JSONL files (.jsonl or .jsonl.gz), or - for stdin")
+        raise ConfigError("no input given: pass one or more JSONL files (plain, .gz, .bz2 or .xz), or - for stdin")
     for path in paths:
         if path == "-":
             continue
@@ -63,6 +66,34 @@ def check_inputs(paths: list[str], flag: str = "input") -> None:
             raise ConfigError(f"{flag} {path} does not exist or is not a file")
         if not os.access(p, os.R_OK):
             raise ConfigError(f"{flag} {path} is not readable")
+        with open(p, "rb") as head:
+            magic = head.read(8)
+        for signature, name, tool in _UNREAD_FORMATS:
+            if magic.startswith(signature):
+                raise ConfigError(
+                    f"{flag} {path} is a {name} file, which is not read directly (plain, gzip, bzip2 and xz are): "
+                    f"decompress it first, or pipe it in: `{tool} {shlex.quote(path)} | stream-dedupe dedupe - ...`"
+                )
+
+
+#: Compressed or archive formats an input may be in that are not read (signature, name, what unpacks it).
+_UNREAD_FORMATS = (
+    (b"\x28\xb5\x2f\xfd", "zstd", "zstd -dc"),
+    (b"\x04\x22\x4d\x18", "lz4", "lz4 -dc"),
+    (b"PK\x03\x04", "zip", "unzip -p"),
+    (b"7z\xbc\xaf\x27\x1c", "7-Zip", "7z x -so"),
+)
+
+
+def _decompressing(raw: BinaryIO, magic: bytes) -> BinaryIO | None:
+    """A reader of the decompressed bytes when ``magic`` is that of gzip, bzip2 or xz (the name does not matter)."""
+    if magic.startswith(b"\x1f\x8b"):
+        return cast(BinaryIO, gzip.GzipFile(fileobj=raw))
+    if magic.startswith(b"BZh"):
+        return cast(BinaryIO, bz2.BZ2File(raw))
+    if magic.startswith(b"\xfd7zXZ\x00"):
+        return cast(BinaryIO, lzma.LZMAFile(raw))
+    return None
 
 
 _BOM = b"\xef\xbb\xbf"
@@ -86,11 +117,12 @@ def read_lines(path: str, skip: int = 0) -> Iterator[InputLine]:
     """Yield the lines of one input, skipping the first ``skip`` (already processed) lines."""
     raw_file: BinaryIO = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
     try:
-        magic = raw_file.peek(2)[:2] if hasattr(raw_file, "peek") else b""
-        compressed = magic == b"\x1f\x8b"
-        stream: BinaryIO = gzip.GzipFile(fileobj=raw_file) if compressed else raw_file  # type: ignore[assignment]
+        magic = raw_file.peek(6)[:6] if hasattr(raw_file, "peek") else b""
+        unpacked = _decompressing(raw_file, magic)
+        compressed = unpacked is not None
+        stream: BinaryIO = unpacked if unpacked is not None else raw_file
         # Positions (for progress bars) without a syscall per line: counted for plain files,
-        # asked of the compressed file every 256 lines for gzip.
+        # asked of the compressed file every 256 lines for gzip, bzip2 and xz.
         position = number = 0
         for number, line in enumerate(stream, start=1):
             if compressed:
@@ -103,9 +135,9 @@ def read_lines(path: str, skip: int = 0) -> Iterator[InputLine]:
             if number == 1 and line.startswith(_BOM):  # a UTF-8 byte order mark (some Windows tools write one)
                 line = line[len(_BOM) :]
             yield InputLine(path, number, line.rstrip(b"\r\n"), position)
-    except (OSError, EOFError) as exc:
+    except (OSError, EOFError, lzma.LZMAError) as exc:
         after = f" after line {number:,}" if number else ""
-        message = f"cannot read input {path}{after}: {exc} (is it a complete .jsonl or .jsonl.gz file?)"
+        message = f"cannot read input {path}{after}: {exc} (is it a complete .jsonl, .gz, .bz2 or .xz file?)"
         raise InputReadError(message, path, number) from exc
     finally:
         if path != "-":

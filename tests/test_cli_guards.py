@@ -129,3 +129,50 @@ def test_the_summary_counts_deletions_so_that_the_rows_add_up(tmp_path: Path) ->
         "2",
         "1",
     )
+
+
+def test_bzip2_and_xz_inputs_are_read_and_zstd_or_zip_are_refused_with_the_fix(tmp_path: Path) -> None:
+    import bz2
+    import lzma
+
+    sample = Path(__file__).resolve().parents[1] / "examples" / "crawl-sample.jsonl"
+    plain_events = tmp_path / "plain.jsonl"
+    cli("dedupe", str(sample), "--state", str(tmp_path / "p"), "--events", str(plain_events), "--no-progress")
+    expected = [{k: v for k, v in e.items() if k != "source"} for e in jsonl(plain_events)]
+    for name, packed in (
+        ("c.jsonl.bz2", bz2.compress(sample.read_bytes())),
+        ("c.data", lzma.compress(sample.read_bytes())),
+    ):
+        path, events = tmp_path / name, tmp_path / f"{name}.events"
+        path.write_bytes(packed)  # the content decides, not the name
+        cli(
+            "dedupe",
+            str(path),
+            "--state",
+            str(tmp_path / f"s-{name}"),
+            "--events",
+            str(events),
+            "--no-progress",
+        )
+        assert [{k: v for k, v in e.items() if k != "source"} for e in jsonl(events)] == expected, name
+    for magic, name in ((b"\x28\xb5\x2f\xfd", "zstd"), (b"PK\x03\x04", "zip")):
+        path = tmp_path / f"c.{name}"
+        path.write_bytes(magic + b"\x00" * 64)
+        refused = cli("dedupe", str(path), "--state", str(tmp_path / f"s-{name}"), check=False)
+        assert (
+            refused.returncode == 2
+            and f"is a {name} file" in refused.stderr
+            and "| stream-dedupe dedupe -" in refused.stderr
+        )
+        assert not (tmp_path / f"s-{name}").exists()
+
+
+def test_a_file_whose_every_line_is_invalid_gets_a_warning(tmp_path: Path) -> None:
+    noise = tmp_path / "noise.bin"
+    noise.write_bytes(bytes(range(256)) * 40)
+    run = cli(
+        "dedupe", str(noise), "--state", str(tmp_path / "s"), "--events", str(tmp_path / "e.jsonl"), "--no-progress"
+    )
+    events = jsonl(tmp_path / "e.jsonl")
+    assert events and all(e["event"] == "invalid" for e in events)
+    assert "every one of the" in run.stderr and "is the input JSON" in " ".join(run.stderr.split())
