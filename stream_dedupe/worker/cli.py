@@ -317,7 +317,9 @@ def _force_exit(timeout: float) -> None:
 
 
 def produce(
-    inputs: Annotated[list[str], typer.Argument(help="JSONL inputs (.jsonl, .jsonl.gz), or - for stdin.")],
+    inputs: Annotated[
+        list[str], typer.Argument(help="JSONL inputs (plain, or gzip, bzip2 or xz compressed), or - for stdin.")
+    ],
     broker: Annotated[str | None, _opt("broker", "Kafka bootstrap host:port [default: 127.0.0.1:9092].")] = None,
     topic: Annotated[str | None, _opt("input_topic", "Topic to write [default: crawl.documents].")] = None,
     partitions: Annotated[
@@ -382,8 +384,16 @@ def produce(
 
     result = asyncio.run(main())
     rate = result.records / result.seconds if result.seconds else 0.0
+    acknowledged = "all acknowledged" if not result.refused else f"{result.refused:,} refused by the broker"
     err.print(
-        f"sent {result.records} records ({result.bytes / 1e6:.1f} MB) to {settings.input_topic} in "
-        f"{result.seconds:.1f}s ({rate:,.0f}/s); {result.without_key} without an id key, {result.blank} blank lines "
-        "skipped; all acknowledged"
+        f"sent {result.records:,} records ({result.bytes / 1e6:.1f} MB) to {settings.input_topic} in "
+        f"{result.seconds:.1f}s ({rate:,.0f}/s); {result.without_key:,} without an id key, {result.blank:,} blank "
+        f"lines skipped; {acknowledged}"
     )
+    if result.refused:
+        err.print(
+            f"[red]error[/]: {result.refused:,} line(s) were not sent, the first at {result.first_refused}. A line "
+            "larger than the topic's max.message.bytes cannot reach it (nor the worker's DLQ): split or shorten "
+            "it, or raise max.message.bytes on the topic (and --max-doc-bytes on the worker)"
+        )
+        raise typer.Exit(1)

@@ -2,7 +2,9 @@
 
 Each non-blank line becomes one record: key = the document's ``id`` when the line is a JSON
 object with a string id (else no key), value = the line's bytes unchanged (bad lines are sent
-too: the worker routes them to the DLQ). Returns only when the broker acknowledged every record.
+too: the worker routes them to the DLQ). Returns only when the broker acknowledged every record,
+or refused it for good: a line larger than the topic's ``max.message.bytes`` is counted in
+:attr:`ProduceResult.refused` (with its file and line) and the rest are sent.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
+from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
 
 from stream_dedupe.inputs import read_lines
 from stream_dedupe.worker.security import client_security
@@ -33,9 +36,12 @@ class ProduceResult:
 
     Attributes:
         records: Records acknowledged by the broker.
+        refused: Records the broker refused for good (e.g. larger than the topic's
+            ``max.message.bytes``); the others were sent all the same.
+        first_refused: Where the first refused record is (``file:line``) and why.
         without_key: Records sent without a key (no readable ``id``).
         blank: Blank lines skipped.
-        bytes: Bytes of record values sent.
+        bytes: Bytes of record values acknowledged.
         seconds: Wall time.
 
     """
@@ -45,6 +51,14 @@ class ProduceResult:
     blank: int = 0
     bytes: int = 0
     seconds: float = 0.0
+    refused: int = 0
+    first_refused: str | None = None
+
+    def refuse(self, where: str, exc: BaseException) -> None:
+        """Count a record the broker (or the client) refused for good; the first one is kept for the message."""
+        self.refused += 1
+        if self.first_refused is None:
+            self.first_refused = f"{where}: {type(exc).__name__}: {exc}"
 
 
 def document_key(raw: bytes) -> bytes | None:
@@ -58,8 +72,8 @@ def document_key(raw: bytes) -> bytes | None:
     return None
 
 
-def iter_records(paths: Iterable[str], result: ProduceResult) -> Iterator[tuple[bytes | None, bytes, int]]:
-    """``(key, value, bytes position)`` of every non-blank line of ``paths``."""
+def iter_records(paths: Iterable[str], result: ProduceResult) -> Iterator[tuple[bytes | None, bytes, int, str]]:
+    """``(key, value, bytes position, "file:line")`` of every non-blank line of ``paths``."""
     offset = 0
     for path in paths:
         last = 0
@@ -68,8 +82,76 @@ def iter_records(paths: Iterable[str], result: ProduceResult) -> Iterator[tuple[
             if not line.raw.strip():
                 result.blank += 1
                 continue
-            yield document_key(line.raw), line.raw, offset + line.position
+            yield document_key(line.raw), line.raw, offset + line.position, f"{path}:{line.line}"
         offset += last
+
+
+Pending = list[tuple[str, bytes | None, bytes, "asyncio.Future[object]"]]
+
+
+class _Sender:
+    """One idempotent producer, replaced by a new one after a batch is refused.
+
+    The broker refuses a whole producer batch (e.g. over the topic's ``max.message.bytes``), and
+    then the idempotent producer's sequence numbers for that partition no longer match the
+    broker's (every later send there fails with ``OutOfOrderSequenceNumber``). So the records of
+    a refused batch are sent again one at a time by a new producer: only the oversize one is
+    refused, and the rest of the input goes on.
+    """
+
+    def __init__(self, topic: str, config: dict[str, Any], result: ProduceResult) -> None:
+        self.topic, self.config, self.result = topic, config, result
+        self.producer: Any = None
+        self.pending: Pending = []
+
+    async def start(self) -> None:
+        self.producer = AIOKafkaProducer(**self.config)
+        await self.producer.start()
+
+    async def stop(self) -> None:
+        if self.producer is not None:
+            await self.producer.stop()
+            self.producer = None
+
+    async def send(self, where: str, key: bytes | None, value: bytes) -> None:
+        try:
+            self.pending.append((where, key, value, await self.producer.send(self.topic, value, key=key)))
+        except KafkaError as exc:  # refused before it is sent (over max_request_size)
+            if exc.retriable:
+                raise
+            self.result.refuse(where, exc)
+
+    async def settle(self) -> None:
+        """Wait for the acknowledgements in flight; a record refused for good is counted, not fatal."""
+        outcomes = await asyncio.gather(*(future for *_, future in self.pending), return_exceptions=True)
+        again = []
+        for (where, key, value, _), outcome in zip(self.pending, outcomes, strict=True):
+            if isinstance(outcome, KafkaError) and not outcome.retriable:
+                again.append((where, key, value))
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                self._acknowledged(value)
+        self.pending.clear()
+        if not again:
+            return
+        await self.stop()
+        await self.start()
+        for where, key, value in again:
+            try:
+                await (await self.producer.send(self.topic, value, key=key))
+            except KafkaError as exc:
+                if exc.retriable:
+                    raise
+                self.result.refuse(where, exc)
+                await self.stop()  # its sequence numbers are off now: a new producer for the next one
+                await self.start()
+            else:
+                self._acknowledged(value)
+
+    def _acknowledged(self, value: bytes) -> None:
+        self.result.records += 1
+        self.result.bytes += len(value)
 
 
 async def produce(
@@ -88,36 +170,32 @@ async def produce(
     """
     result = ProduceResult()
     started = time.perf_counter()
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
-        acks="all",
-        enable_idempotence=True,
-        linger_ms=linger_ms,
-        max_batch_size=1 << 20,
-        max_request_size=8 << 20,
-        compression_type=compression,
+    config = {
+        "bootstrap_servers": bootstrap,
+        "acks": "all",
+        "enable_idempotence": True,
+        "linger_ms": linger_ms,
+        "max_batch_size": 1 << 20,
+        "max_request_size": 8 << 20,
+        "compression_type": compression,
         **(security or {}),
-    )
-    await producer.start()
+    }
+    sender = _Sender(topic, config, result)
+    await sender.start()
     try:
-        pending: list[asyncio.Future[object]] = []
         position = 0
-        for key, value, position in iter_records(paths, result):
-            pending.append(await producer.send(topic, value, key=key))
+        for key, value, position, where in iter_records(paths, result):
             result.without_key += key is None
-            result.bytes += len(value)
-            if len(pending) >= _WINDOW:
-                await asyncio.gather(*pending)
-                result.records += len(pending)
-                pending.clear()
+            await sender.send(where, key, value)
+            if len(sender.pending) >= _WINDOW:
+                await sender.settle()
                 if progress:
                     progress(result.records, position)
-        await asyncio.gather(*pending)
-        result.records += len(pending)
+        await sender.settle()
         if progress:
             progress(result.records, position)
     finally:
-        await producer.stop()
+        await sender.stop()
     result.seconds = time.perf_counter() - started
     return result
 

@@ -208,7 +208,7 @@ def test_scram_sha_512_end_to_end(sasl_broker: SaslBroker, names: Names, sasl_wo
     path, n = documents(tmp_path)
     sent = produce(sasl_broker.plain, names, path, sasl_broker.flags())
     assert sent.returncode == 0, sent.stderr
-    assert f"sent {n} records" in sent.stderr
+    assert f"sent {n:,} records" in sent.stderr
     w = sasl_workers(sasl_broker.plain, sasl_broker.flags())
     w.wait_ready(90)
     msgs = consume(sasl_broker.client(), names.events, n)

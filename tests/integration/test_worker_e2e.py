@@ -96,7 +96,7 @@ def test_end_to_end_matches_embedded_engine(broker: Broker, names: Names, worker
         "--no-progress",
     )
     assert produced.returncode == 0, produced.stderr
-    assert "sent 3000 records" in produced.stderr
+    assert "sent 3,000 records" in produced.stderr and "all acknowledged" in produced.stderr
 
     w = workers().start()
     startup = w.wait_ready()

@@ -168,3 +168,21 @@ def test_a_record_that_keeps_failing_is_dead_lettered(broker: Broker, names: Nam
     assert 'stream_dedupe_invalid_records_total{reason="unprocessable"} 1.0' in metrics
     assert "stream_dedupe_poison_retries_total 0.0" not in metrics
     assert w.stop() == 0
+
+
+def test_produce_sends_every_line_it_can_and_names_a_line_the_broker_refuses(
+    broker: Broker, names: Names, tmp_path: Path
+) -> None:
+    from tests.integration.conftest import run_cli
+
+    big = orjson.dumps({"id": "big", "text": os.urandom(1_100_000).hex()})  # 2.2 MB: over the broker's 1 MB
+    corpus = tmp_path / "crawl.jsonl"
+    corpus.write_bytes(b"\n".join([doc(1), doc(2), big, doc(3)]) + b"\n")
+    sent = run_cli("produce", str(corpus), "--broker", broker.bootstrap, "--topic", names.input)
+    assert sent.returncode == 1, sent.stderr
+    assert "Traceback" not in sent.stderr
+    text = " ".join(sent.stderr.split())
+    assert "sent 3 records" in text and "1 refused by the broker" in text, sent.stderr
+    assert f"the first at {corpus}:3: MessageSizeTooLargeError" in text and "max.message.bytes" in text
+    msgs = consume(broker.bootstrap, names.input)
+    assert sorted(m.key for m in msgs) == [b"d1", b"d2", b"d3"]
