@@ -39,3 +39,20 @@ def test_repeats_are_suppressed_then_counted() -> None:
     first = _record(GroupCoordinatorNotAvailableError())
     assert repeats.filter(first)
     assert not any(repeats.filter(_record(GroupCoordinatorNotAvailableError())) for _ in range(5))
+
+
+def test_a_refused_connection_that_aiokafka_retries_is_a_warning_that_says_so() -> None:
+    record = logging.LogRecord(
+        "aiokafka.client",
+        logging.ERROR,
+        __file__,
+        1,
+        'Unable connect to "%s:%s": %s',
+        ("127.0.0.1", 9092, "refused"),
+        None,
+    )
+    assert RepeatFilter().filter(record)
+    assert record.levelno == logging.WARNING and record.getMessage().endswith("refused (retried)")
+    other = logging.LogRecord("aiokafka.client", logging.ERROR, __file__, 1, "Unexpected error: %s", ("x",), None)
+    RepeatFilter().filter(other)
+    assert other.levelno == logging.ERROR

@@ -52,7 +52,7 @@ async def connect_admin(
         try:
             await admin.start()
             if attempt > 1:
-                log.warning("connected to Kafka broker %s after %d attempts", bootstrap, attempt)
+                log.info("connected to Kafka broker %s after %d attempts", bootstrap, attempt)
             return admin
         except (KafkaError, OSError) as exc:
             await close_quietly(admin)

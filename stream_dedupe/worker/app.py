@@ -342,7 +342,7 @@ async def _ensure_engine(app: faust.App, rt: Runtime, event: Any) -> None:
         rt.metrics.decider.set(1)
         docs = store.count("docs")
         rt.metrics.state_documents.set(docs)
-        log.warning(
+        log.info(
             "engine ready: %d documents in state, params %s, %s, ready after %.1fs",
             docs,
             engine.params.to_state(),

@@ -59,7 +59,9 @@ InputPartitions = Annotated[
 
 def worker(
     broker: Broker = None,
-    app_id: Annotated[str | None, _opt("app_id", "App id = consumer group; names internal topics.")] = None,
+    app_id: Annotated[
+        str | None, _opt("app_id", "App id = consumer group; names internal topics [default: stream-dedupe].")
+    ] = None,
     input_topic: InputTopic = None,
     events_topic: EventsTopic = None,
     deduped_topic: DedupedTopic = None,
@@ -68,7 +70,10 @@ def worker(
     replication_factor: Annotated[
         int | None, _opt("replication_factor", "Replicas of the topics it creates; 1: one local broker [default: 3].")
     ] = None,
-    state_dir: Annotated[Path | None, _opt("state_dir", "Local state directory (RocksDB tables).")] = None,
+    state_dir: Annotated[
+        Path | None,
+        _opt("state_dir", "Local state directory (RocksDB tables) [default: ./stream-dedupe-worker-state]."),
+    ] = None,
     rocksdb_memory_mb: Annotated[
         int | None, _opt("rocksdb_memory_mb", "RocksDB block cache + memtables of all tables, MB [default: 256].")
     ] = None,
@@ -89,7 +94,8 @@ def worker(
         _opt("source_thresholds", "Per-source thresholds SOURCE=T,SOURCE=T (1.0: exact only) [default: none]."),
     ] = None,
     title_guard: Annotated[
-        str | None, _opt("title_guard", "on/off: documents whose titles differ are never duplicates [default: on].")
+        str | None,
+        _opt("title_guard", "on/off: documents whose titles differ are never duplicates [default: state's, else on]."),
     ] = None,
     no_title_guard: Annotated[
         bool, typer.Option("--no-title-guard", help="The same as --title-guard off (as dedupe takes it).")
@@ -98,13 +104,21 @@ def worker(
         bool,
         typer.Option("--no-learn-boilerplate", help="The same as --boilerplate-min-docs 0 (as dedupe takes it)."),
     ] = False,
-    verify: Annotated[str | None, _opt("verify", "Verification: exact or estimate [default: exact].")] = None,
+    verify: Annotated[
+        str | None, _opt("verify", "Verification: exact or estimate [default: state's, else exact].")
+    ] = None,
     web_host: Annotated[str | None, _opt("web_host", "HTTP bind address [default: 127.0.0.1].")] = None,
     web_port: Annotated[
         int | None, _opt("web_port", "HTTP port for /metrics, /healthz, /readyz [default: 6066].")
     ] = None,
     batch_size: Annotated[int | None, _opt("batch_size", "Records per engine batch [default: 500].")] = None,
-    batch_wait: Annotated[float | None, _opt("batch_wait", "Seconds to fill a batch [default: 0.05].")] = None,
+    batch_wait: Annotated[
+        float | None,
+        _opt(
+            "batch_wait",
+            "Longest wait for an index fetch when nothing is waiting (a batch never waits to fill) [default: 0.05].",
+        ),
+    ] = None,
     max_doc_bytes: Annotated[
         int | None, _opt("max_doc_bytes", "Larger records go to the DLQ [default: 1 MiB].")
     ] = None,
@@ -235,12 +249,10 @@ def run_worker(settings: WorkerSettings) -> None:
     log = logging.getLogger("stream_dedupe.worker")
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    log.warning(
-        "checking topics on %s (%s; waiting for the broker if it is down)", settings.bootstrap, describe(settings)
-    )
+    log.info("checking topics on %s (%s; waiting for the broker if it is down)", settings.bootstrap, describe(settings))
     created = loop.run_until_complete(prepare_worker_topics(settings))
     if created:
-        log.warning("created topics: %s", ", ".join(created))
+        log.info("created topics: %s", ", ".join(created))
     built = create_app(settings)
     # Before joining the group: copy what the changelogs hold beyond the local state (a restart,
     # a lost disk) in bulk; Faust's own recovery then reads only the rest (stream_dedupe.worker.follow).
@@ -251,13 +263,16 @@ def run_worker(settings: WorkerSettings) -> None:
     timeout = settings.shutdown_timeout
 
     def on_first_signal(signal: Any) -> None:
-        log.warning("stopping (signal %s); exiting within %.0fs at most", signal, timeout)
+        log.info("stopping (signal %s); exiting within %.0fs at most", signal, timeout)
         timer = threading.Timer(timeout, _force_exit, args=(timeout,))
         timer.daemon = True
         timer.start()
 
     class _Worker(worker_class(on_first_signal)):  # type: ignore[misc]
         def on_setup_root_logger(self, logger: Any, level: int) -> None:
+            # No terminal spinner: at --log-level warning Faust drew one, and its cursor codes
+            # (ESC[?25l) went into log files. A service logs lines.
+            self.spinner = None
             # Faust (mode) replaces the root handlers when it starts: filter the new ones too.
             super().on_setup_root_logger(logger, level)
             for handler in logger.handlers:

@@ -132,7 +132,7 @@ async def catch_up(settings: WorkerSettings, tables: Mapping[str, Any]) -> int:
     finally:
         await consumer.stop()
     if applied:
-        log.warning("state copied from the changelogs: %d records in %.1fs", applied, time.monotonic() - started)
+        log.info("state copied from the changelogs: %d records in %.1fs", applied, time.monotonic() - started)
     return applied
 
 

@@ -24,10 +24,11 @@ class RepeatFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         """See :class:`logging.Filter` (a retried coordinator lookup is softened first: :func:`soften_retried`)."""
+        template = str(record.msg)
         soften_retried(record)
         if record.name.startswith("stream_dedupe") or record.levelno < logging.WARNING:
             return True
-        key = (record.name, str(record.msg))
+        key = (record.name, template)
         now = time.monotonic()
         last, suppressed = self._seen.get(key, (0.0, 0))
         if now - last < self.interval:
@@ -47,13 +48,23 @@ def _retried_coordinator_lookup(record: logging.LogRecord) -> bool:
     return bool(getattr(error, "retriable", False))
 
 
+#: aiokafka's ERROR records of a failed connection, which it (or the worker) retries: a broker
+#: that is down or restarting. The worker says so itself, with what to do
+#: (``stream_dedupe_broker_connected``, "Kafka broker ... not reachable ...; retrying").
+_RETRIED_CONNECTS = ('Unable connect to "%s:%s": %s', "Unable connect to node with id %s: %s")
+
+
 def soften_retried(record: logging.LogRecord) -> None:
-    """Log a retried coordinator lookup as a WARNING that says it is retried.
+    """Log a retried coordinator lookup or connection as a WARNING that says it is retried.
 
     A new broker creates its consumer offsets topic in the first seconds, and until then every
     group's coordinator lookup fails with ``GroupCoordinatorNotAvailableError``; aiokafka logs
-    each at ERROR and retries, so a worker started beside a new broker looked broken.
+    each at ERROR and retries, so a worker started beside a new broker looked broken. The same
+    for a connection refused while a broker restarts.
     """
     if _retried_coordinator_lookup(record):
         record.levelno, record.levelname = logging.WARNING, "WARNING"
         record.msg = _COORDINATOR_LOOKUP + " (retried: the broker is still electing the group's coordinator)"
+    elif record.levelno == logging.ERROR and record.msg in _RETRIED_CONNECTS:
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        record.msg = f"{record.msg} (retried)"

@@ -140,7 +140,7 @@ class QueryServer:
         try:
             await web.SockSite(runner, self.sock).start()
             host, port = self.address
-            log.warning("query endpoint: POST http://%s:%d/query (token: %s)", host, port, self.token is not None)
+            log.info("query endpoint: POST http://%s:%d/query (token: %s)", host, port, self.token is not None)
             await asyncio.Event().wait()
         finally:
             await runner.cleanup()

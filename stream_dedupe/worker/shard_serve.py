@@ -138,7 +138,7 @@ class ShardServer:
         if self.part is None:
             s = self.settings
             self.part = await asyncio.to_thread(IndexShard, self.store, self.shard, s.index_shards, bands, rows)
-            log.warning("shard %d: %d documents in the band tables", self.shard, self.part.documents)
+            log.info("shard %d: %d documents in the band tables", self.shard, self.part.documents)
 
     async def _serve(self) -> None:
         from aiokafka import TopicPartition  # type: ignore[import-untyped]
@@ -152,7 +152,7 @@ class ShardServer:
             tp = TopicPartition(self.settings.shard_requests_topic, self.shard)
             consumer.assign([tp])
             consumer.seek(tp, start)
-            log.warning("shard %d: reading requests from offset %d", self.shard, start)
+            log.info("shard %d: reading requests from offset %d", self.shard, start)
             assembler = wire.Assembler()
             while True:
                 fetched = await consumer.getmany(tp, timeout_ms=500, max_records=512)

@@ -82,7 +82,7 @@ async def steer_shards(app: faust.App, rt: Any, tables: dict[str, Any], settled:
             server = ShardServer(rt.settings, shard, tables, rt.shard_producer, new_consumer, rt.metrics)
             rt.shard_servers[shard] = server
             server.start()
-            log.warning("serving index shard %d", shard)
+            log.info("serving index shard %d", shard)
         rt.metrics.shards_served.set(len(rt.shard_servers))
     if settled and rt.settings.standby_replicas > 0:
         await place_standbys(app, rt, tables)

@@ -106,7 +106,7 @@ async def place_standbys(app: Any, rt: Any, tables: dict[str, Any]) -> None:
         mine = standby_placement(owners, members, rt.settings.standby_replicas)[me]
         rt.shard_standby = Follower(rt.settings, tables, mine)
         rt.metrics.shard_standbys.set(len(mine))
-        log.warning("standby copy of index shards %s (%d workers)", list(mine) or "none", len(set(members)))
+        log.info("standby copy of index shards %s (%d workers)", list(mine) or "none", len(set(members)))
     follower = rt.shard_standby
     if follower.tables.partitions:
         follower.start()  # a no-op while it runs

@@ -218,11 +218,12 @@ async def check_brokers(admin: AIOKafkaAdminClient, replication_factor: int) -> 
     cluster: Any = await admin.describe_cluster()
     brokers = len(cluster.get("brokers", []))
     if brokers < replication_factor:
+        local = " (a single local broker)" if brokers == 1 else ""
         raise TopicLayoutError(
-            f"the Kafka cluster has {brokers} broker{'s' if brokers != 1 else ''} but the worker creates its "
+            f"the Kafka cluster has {brokers} broker{'s' if brokers != 1 else ''} but stream-dedupe creates its "
             f"topics with {replication_factor} replicas (replication_factor, default 3 for production): pass "
             f"--replication-factor {brokers} (STREAM_DEDUPE_REPLICATION_FACTOR={brokers}) for a cluster this "
-            "small, e.g. --replication-factor 1 for a single local broker, or add brokers"
+            f"small{local}, or add brokers"
         )
 
 

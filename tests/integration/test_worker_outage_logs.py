@@ -41,6 +41,9 @@ def test_outage_logs_few_lines_and_shows_in_readyz(broker: Broker, names: Names,
     finally:
         broker.resume()
     assert outage_lines < 300, f"{outage_lines} log lines in a 16 s outage:\n" + "\n".join(w.log().splitlines()[-40:])
+    # the client's retried connections are warnings that say so, not errors
+    assert "[ERROR] aiokafka.client: Unable connect" not in w.log()
+    assert "Unable connect" in w.log() and "(retried)" in w.log()
 
     produce(broker.bootstrap, names.input, [(f"o{i}".encode(), doc(i)) for i in range(50, 80)])
     consume(broker.bootstrap, names.events, until=n_document_events(80), timeout=120)
@@ -50,6 +53,23 @@ def test_outage_logs_few_lines_and_shows_in_readyz(broker: Broker, names: Names,
         time.sleep(0.5)
     assert w.proc is not None and w.proc.poll() is None
     assert w.stop() == 0
+
+
+def test_a_quiet_worker_logs_lines_without_terminal_codes(broker: Broker, names: Names, workers: Any) -> None:
+    """At --log-level warning a start is a few lines: no spinner codes, no routine steps as warnings."""
+    w = workers(extra=["--log-level", "warning"]).start()
+    w.wait_ready()
+    produce(broker.bootstrap, names.input, [(f"o{i}".encode(), doc(i)) for i in range(20)])
+    consume(broker.bootstrap, names.events, until=n_document_events(20), timeout=60)
+    assert w.stop() == 0
+    log = w.log()
+    assert "\x1b[" not in log, repr(log[:400])
+    for routine in ("engine ready", "checking topics", "created topics", "stopping (signal"):
+        assert routine not in log, routine
+    verbose = workers(extra=["--log-level", "info"], state_dir=w.state_dir).start()
+    verbose.wait_ready()
+    assert verbose.stop() == 0
+    assert "[INFO] stream_dedupe.worker.app: engine ready: 20 documents in state" in verbose.log()
 
 
 def test_faust_does_not_expect_acks_from_the_index_topic(tmp_path: Any) -> None:

@@ -121,7 +121,7 @@ def test_default_replication_factor_is_refused_on_a_single_broker(names: Names, 
     w.start()
     assert w.proc is not None and w.proc.wait(90) == 2, w.log()[-2000:]
     log = w.log()
-    assert "the Kafka cluster has 1 broker but the worker creates its topics with 3 replicas" in log, log[-2000:]
+    assert "the Kafka cluster has 1 broker but stream-dedupe creates its topics with 3 replicas" in log, log[-2000:]
     assert "--replication-factor 1" in log and "STREAM_DEDUPE_REPLICATION_FACTOR=1" in log
 
 
