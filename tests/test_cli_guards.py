@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import os
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -176,3 +177,22 @@ def test_a_file_whose_every_line_is_invalid_gets_a_warning(tmp_path: Path) -> No
     events = jsonl(tmp_path / "e.jsonl")
     assert events and all(e["event"] == "invalid" for e in events)
     assert "every one of the" in run.stderr and "is the input JSON" in " ".join(run.stderr.split())
+
+
+def test_a_state_that_cannot_be_written_is_refused_with_the_way_out(tmp_path: Path, monkeypatch: Any) -> None:
+    """rocksdict writes a file at every open: a read-only mount gets a message, not 'os error 30'.
+
+    (Tests run as root, for whom a directory's mode bits do not deny writing; the file system's
+    answer is what ``os.access`` reports, so it stands in for a read-only mount here.)
+    """
+    import pytest
+
+    from stream_dedupe import cli_support
+    from stream_dedupe.errors import ConfigError
+
+    sample = Path(__file__).resolve().parents[1] / "examples" / "crawl-sample.jsonl"
+    state = tmp_path / "s"
+    cli("dedupe", str(sample), "--state", str(state), "--no-progress")
+    monkeypatch.setattr(cli_support.os, "access", lambda path, mode: mode != os.W_OK)
+    with pytest.raises(ConfigError, match=r"is not writable .*copy the state to a writable directory"):
+        cli_support.open_for_reading(state)
