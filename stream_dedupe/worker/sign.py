@@ -155,6 +155,8 @@ class SignStage:
                 fetched = await consumer.getmany(timeout_ms=1000, max_records=4 * s.batch_size)
                 if fetched:
                     await self._forward(fetched)
+                else:
+                    await self._idle(consumer)
         finally:
             with contextlib.suppress(Exception):
                 await self.flush()
@@ -380,6 +382,22 @@ class SignStage:
                     attempt = 0
                 await asyncio.sleep(1.0 if is_transient(exc) else 0.2)
                 ((future, records, headers),) = await self._send(records, headers)
+
+    async def _idle(self, consumer: Any) -> None:
+        """Nothing fetched for a second: settle and commit the last forwards, and know every partition.
+
+        Forwards are otherwise settled when the next fetch is forwarded, so after a burst the last
+        fetch's offsets stayed uncommitted (and the lag at its size) until more records came.
+        A partition that had nothing to fetch since this worker got it has no position yet: its
+        fetch position (where the group committed, nothing is in flight for it) stands in, so
+        that its lag is exported too, as 0.
+        """
+        async with self._lock:
+            await self._settle()
+            for tp in consumer.assignment():
+                if tp not in self.positions:
+                    with contextlib.suppress(Exception):  # not fetched yet, or just revoked
+                        self.positions[tp] = await consumer.position(tp)
 
     async def _commit(self) -> None:
         owned = set(self.consumer.assignment()) if self.consumer is not None else set()

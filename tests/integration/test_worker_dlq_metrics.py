@@ -91,6 +91,12 @@ def test_bad_records_go_to_dlq_and_worker_keeps_running(broker: Broker, names: N
     ):
         assert name in text, name
     assert "stream_dedupe_state_documents 10.0" in text  # 11 decided, d0 deleted
+    # every input partition of the sign stage has its lag, 0 once idle: the last forwards are
+    # committed without waiting for more records, and a partition that got none is exported too
+    lags = dict(re.findall(rf'stream_dedupe_consumer_lag\{{partition="(\d+)",topic="{names.input}"\}} (\S+)', text))
+    assert lags == {"0": "0.0", "1": "0.0", "2": "0.0"}, lags
+    committed = asyncio.run(_committed(broker.bootstrap, f"{names.app_id}-sign"))
+    assert sum(committed.values()) == len(consume(broker.bootstrap, names.input)), committed
     promtool = shutil.which("promtool")
     assert promtool, "promtool missing: apt-get install -y prometheus (see docs/worker.md)"
     check = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, timeout=30, check=False)
@@ -119,3 +125,14 @@ def test_refuses_index_topic_with_several_partitions(broker: Broker, names: Name
 def test_produce_reports_missing_input() -> None:
     result = run_cli("produce", "/nonexistent.jsonl", "--broker", "127.0.0.1:1")
     assert result.returncode == 2 and "does not exist" in result.stderr
+
+
+async def _committed(bootstrap: str, group: str) -> dict[int, int]:
+    """The offsets a consumer group committed, by partition."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(group)
+    finally:
+        await admin.close()
+    return {tp.partition: meta.offset for tp, meta in offsets.items()}
