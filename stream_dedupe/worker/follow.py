@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stream_dedupe.worker import faust_compat
+from stream_dedupe.worker.errors import WorkerConfigError
 from stream_dedupe.worker.settings import WorkerSettings
 
 log = logging.getLogger("stream_dedupe.worker.follow")
@@ -128,12 +129,38 @@ async def catch_up(settings: WorkerSettings, tables: Mapping[str, Any]) -> int:
     started = time.monotonic()
     consumer, view = await _consumer(settings, _Tables(tables), "restore")
     try:
+        await _check_ahead(consumer, view, settings)
         applied = await _copy(consumer, view, until_end=True, stop=None)
     finally:
         await consumer.stop()
     if applied:
         log.info("state copied from the changelogs: %d records in %.1fs", applied, time.monotonic() - started)
     return applied
+
+
+async def _check_ahead(consumer: Any, tables: _Tables, settings: WorkerSettings) -> None:
+    """Refuse a local state that holds more of a changelog than the topic does.
+
+    That is a state directory kept while the Kafka cluster lost its data (a new or wiped broker),
+    or one of another cluster. Faust's recovery crashed on it with a traceback
+    (``ConsistencyError``); this says what happened and what to do, before anything is changed.
+
+    Raises:
+        WorkerConfigError: with the state directory, the topic and the two offsets.
+
+    """
+    tps = list(tables.by_tp)
+    ends = await consumer.end_offsets(tps) if tps else {}
+    for tp in tps:
+        persisted = tables.persisted(tp)
+        if persisted is not None and persisted >= ends[tp]:
+            raise WorkerConfigError(
+                f"the local state in {settings.state_dir} holds {tp.topic} up to offset {persisted}, but that "
+                f"changelog topic ends at offset {ends[tp]} on {settings.bootstrap}: the Kafka cluster lost its data "
+                "(a new or wiped broker) or the state directory belongs to another cluster or app. Point --broker "
+                "at the cluster it belongs to; or, to start this app afresh here, move the state directory away "
+                "(the documents it holds are then forgotten: dedupe starts from an empty state)"
+            )
 
 
 class Follower:

@@ -69,7 +69,7 @@ def test_a_quiet_worker_logs_lines_without_terminal_codes(broker: Broker, names:
     verbose = workers(extra=["--log-level", "info"], state_dir=w.state_dir).start()
     verbose.wait_ready()
     assert verbose.stop() == 0
-    assert "[INFO] stream_dedupe.worker.app: engine ready: 20 documents in state" in verbose.log()
+    assert "[INFO] engine ready: 20 documents in state" in verbose.log()
 
 
 def test_faust_does_not_expect_acks_from_the_index_topic(tmp_path: Any) -> None:

@@ -66,3 +66,45 @@ def test_refuses_state_built_with_other_parameters(broker: Broker, names: Names,
     assert w2.proc is not None
     assert w2.proc.wait(90) == 2
     assert "the state was built with different parameters (threshold: state has 0.8" in w2.log()
+
+
+def test_a_state_dir_kept_while_the_cluster_lost_its_topics_is_refused_with_the_way_out(
+    broker: Broker, names: Names, workers: Any
+) -> None:
+    """Faust's recovery crashed (ConsistencyError, a traceback); the worker now says what happened, exit 2."""
+    import asyncio
+    import time
+
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    docs = synth_docs(60, seed=5)
+    produce(broker.bootstrap, names.input, [(orjson.loads(d)["id"].encode(), d) for d in docs])
+    w = workers(log_name="a").start()
+    w.wait_ready()
+    consume(broker.bootstrap, names.events, until=n_document_events(len(docs)), timeout=90, idle=0.5)
+    assert w.stop() == 0
+    kept = sorted((p.relative_to(w.state_dir), p.stat().st_size) for p in w.state_dir.rglob("*") if p.is_file())
+
+    async def wipe() -> None:  # the cluster loses the app's topics (a new or wiped broker)
+        admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        await admin.start()
+        try:
+            mine = [t for t in await admin.list_topics() if t.startswith(names.app_id) or t.startswith(names.input)]
+            await admin.delete_topics(mine)
+            deadline = time.monotonic() + 30
+            while set(mine) & set(await admin.list_topics()):
+                assert time.monotonic() < deadline, "topics not deleted"
+                await asyncio.sleep(0.5)
+        finally:
+            await admin.close()
+
+    asyncio.run(wipe())
+    again = workers(log_name="b").start()
+    assert again.proc is not None and again.proc.wait(120) == 2, again.log()[-3000:]
+    log = again.log()
+    assert "Traceback" not in log and "ConsistencyError" not in log, log[-3000:]
+    text = " ".join(log.split())
+    assert f"the local state in {w.state_dir} holds" in text and "the Kafka cluster lost its data" in text
+    assert "move the state directory away" in text
+    now = sorted((p.relative_to(w.state_dir), p.stat().st_size) for p in w.state_dir.rglob("*") if p.is_file())
+    assert [p for p, _ in now if p.suffix == ".sst"] == [p for p, _ in kept if p.suffix == ".sst"]  # data untouched
