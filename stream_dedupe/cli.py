@@ -25,7 +25,7 @@ from stream_dedupe.cli_support import (
     check_outputs,
     gc_from_here,
     is_state,
-    open_existing,
+    open_for_reading,
     open_out,
     silence_stdout,
     start_up_without_gc,
@@ -393,7 +393,11 @@ def explain(
     from stream_dedupe.explain import explain_pair, load_pair, render, state_learner, stored_relation
 
     if state is not None:
-        store, params = open_existing(state)
+        store, params, live = open_for_reading(state)
+        if live:
+            from stream_dedupe.cli_state import in_use_note
+
+            err.print(in_use_note(state))
         try:
             docs = load_pair(store, a, b)
             report = explain_pair(params, *docs, (a, b), state_learner(params, store), stored_relation(store, a, b))

@@ -182,6 +182,10 @@ def test_stats_read_a_state_that_a_deduper_holds_as_it_committed_it(tmp_path: Pa
             assert "is in use by another stream-dedupe process: read as that process last wrote it" in result.stderr
             live_reads[command] = result.stdout
         assert len(live_reads["clusters"].splitlines()) == during["clusters_with_duplicates"] > 0
+        first_cluster = orjson.loads(live_reads["clusters"].splitlines()[0])
+        pair = first_cluster["members"][:2]
+        explained = cli("explain", *pair, "--state", str(state))
+        assert "in use by another stream-dedupe process" in explained.stderr and pair[0] in explained.stdout
         result = cli("expire", "--state", str(state), "--max-age", "=1d", check=False)
         assert result.returncode == 2, result.stderr
         assert "is in use by another stream-dedupe process" in result.stderr
