@@ -60,6 +60,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",  # help texts escape their brackets (options.default_help)
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 err = stderr_console()  # rich only on a terminal
 

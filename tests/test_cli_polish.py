@@ -215,6 +215,12 @@ def test_unwrapped_joins_the_lines_of_each_paragraph_but_a_verbatim_one() -> Non
     assert unwrapped(text) == "First line.\n\nSecond paragraph, over two lines.\n\n\b\nkept\nas is"
 
 
+def test_every_command_takes_dash_h_for_its_help() -> None:
+    for command in ([], ["dedupe"], ["stats"], ["worker"], ["produce"]):
+        short, long = cli(*command, "-h"), cli(*command, "--help")
+        assert short.returncode == 0 and short.stdout == long.stdout and " Usage: " in short.stdout
+
+
 def test_clusters_help_says_the_state_must_exist() -> None:
     text = _help("clusters")
     assert "created if missing" not in text and "must exist" in text
