@@ -78,7 +78,14 @@ def expire(
     store, params = open_existing(state)
     with ExitStack() as stack:
         stack.callback(store.close)
-        ids = list(expired_ids(store, policy, now_us))
+        seen: set[str] = set()
+        ids = list(expired_ids(store, policy, now_us, seen))
+        rules = {rule.partition("=")[0]: rule for rule in max_age}
+        for source in sorted(set(policy.max_age_us) - seen):
+            err.print(
+                f"[yellow]warning[/]: no document of the state has source {source!r}, so --max-age {rules[source]} "
+                "expires nothing (sources are case-sensitive; `stream-dedupe stats --by-source` lists them)"
+            )
         if dry_run:
             sys.stdout.write("".join(f"{doc_id}\n" for doc_id in ids))
             return

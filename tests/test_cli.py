@@ -341,6 +341,9 @@ def test_expire_command(tmp_path: Path) -> None:
     cli("dedupe", str(path), "--state", str(state), "--no-progress")
     args = ("expire", "--state", str(state), "--max-age", "news=30d", "--now", "2026-12-01T00:00:00Z")
     assert cli(*args, "--dry-run").stdout.split() == ["old-news"]
+    typo = cli(*args, "--max-age", "News=7d", "--dry-run")
+    assert typo.stdout.split() == ["old-news"] and "no document of the state has source 'News'" in typo.stderr
+    assert "--max-age News=7d expires nothing" in " ".join(typo.stderr.split()) and "'news'" not in typo.stderr
     events = tmp_path / "ev.jsonl"
     result = cli(*args, "--events", str(events))
     assert "expired 1 document;" in result.stderr

@@ -62,10 +62,16 @@ class RetentionPolicy:
         return cls(ages)
 
 
-def expired_ids(store: KVStore, policy: RetentionPolicy, now_us: int) -> Iterator[str]:
-    """Ids of the documents of ``store`` that the policy expires at ``now_us``, in id order."""
+def expired_ids(store: KVStore, policy: RetentionPolicy, now_us: int, seen: set[str] | None = None) -> Iterator[str]:
+    """Ids of the documents of ``store`` that the policy expires at ``now_us``, in id order.
+
+    ``seen``: filled with the policy's sources that some document of the state has (a rule whose
+    source none has expires nothing: a typo, or a case that differs).
+    """
     for key, raw in store.items("docs"):
         record = DocRecord.decode(raw)
         limit = policy.max_age_us.get(record.source or "")
+        if seen is not None and limit is not None:
+            seen.add(record.source or "")
         if limit is not None and record.updated_at_us is not None and record.updated_at_us < now_us - limit:
             yield key.decode("utf-8")
