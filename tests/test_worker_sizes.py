@@ -29,6 +29,8 @@ def test_a_dead_letter_always_fits_the_dlq_topic() -> None:
     assert payload.startswith(base64.b64decode(record["value_b64"])) and record["offset"] == 41
     small = orjson.loads(dead_letter(s, TopicLimits(), "bad-id", "x", origin, None, b'{"id": 5}'))
     assert small["truncated"] is False and base64.b64decode(small["value_b64"]) == b'{"id": 5}'
+    assert small["key"] is None  # no key; an empty key is one, and stays "" (it was null)
+    assert orjson.loads(dead_letter(s, TopicLimits(), "bad-id", "x", origin, b"", b"{}"))["key"] == ""
     capped = orjson.loads(dead_letter(s, TopicLimits(), "not-json", "x", origin, None, payload))
     assert len(base64.b64decode(capped["value_b64"])) == s.dlq_max_payload_bytes  # 64 KiB by default
 

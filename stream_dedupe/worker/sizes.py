@@ -162,7 +162,7 @@ def dead_letter(
     """
     size = len(payload) if size is None else size
     sha256 = sha256 or hashlib.sha256(payload).hexdigest()
-    key_text = key.decode("utf-8", "replace")[: settings.max_id_bytes + 1] if key else None
+    key_text = key.decode("utf-8", "replace")[: settings.max_id_bytes + 1] if key is not None else None
     head: dict[str, Any] = {
         "version": DLQ_VERSION,
         "reason": reason,
