@@ -263,3 +263,12 @@ def test_a_subset_searched_in_a_corpus_tokenized_once_ranks_and_scores_as_the_su
     assert sum(len(hits) for hits in shared) > 200 and shared[-1] == []
     assert Bm25Corpus([]).search(queries, 10) == [[] for _ in queries]
     assert corpus.search(queries, 10, []) == [[] for _ in queries]
+
+
+def test_a_label_field_no_document_has_is_named_as_such() -> None:
+    from stream_dedupe.errors import ConfigError
+
+    docs = [{"id": "a", "text": "one page about apples"}, {"id": "b", "text": "another about pears"}]
+    with pytest.raises(ConfigError, match="no document has the label field 'entity'"):
+        known_item_queries(docs, label_field="entity")
+    assert len(known_item_queries(docs)) == 2

@@ -115,6 +115,11 @@ def known_item_queries(
                 if text:
                     texts[str(label)] = text
         queries = [Query(label, texts[label], tuple(ids)) for label, ids in members.items() if label in texts]
+    if label_field is not None and not members:
+        raise ConfigError(
+            f"no document has the label field {label_field!r}: give --label-field the name of a field of the "
+            "documents (top level), or leave it out to make one query per document"
+        )
     if not queries:
         where = f"label field {label_field!r}" if label_field else "documents"
         raise ConfigError(f"no known-item query could be made from the {where}: check --query-field/--query-pattern")
