@@ -12,7 +12,7 @@ import pytest
 from stream_dedupe.storage.base import NAMESPACES
 from stream_dedupe.worker.errors import TopicLayoutError, WorkerConfigError
 from stream_dedupe.worker.settings import WorkerSettings
-from stream_dedupe.worker.topics import DAY_MS, check_configs, worker_topics
+from stream_dedupe.worker.topics import DAY_MS, check_configs, partition_warnings, worker_topics
 
 S = WorkerSettings(app_id="app", replication_factor=3)
 
@@ -111,3 +111,14 @@ def test_the_meta_changelogs_close_their_segments_within_an_hour() -> None:
     default = check_configs([meta], {meta.name: {**GOOD, "segment.ms": str(7 * DAY_MS), "segment.bytes": str(1 << 30)}})
     assert len(default) == 1 and "after 168 h or 1024 MiB" in default[0] and "read by every restore" in default[0]
     assert "--add-config segment.ms=3600000,segment.bytes=67108864" in default[0]
+
+
+def test_an_events_topic_of_several_partitions_gets_a_warning_with_the_fix() -> None:
+    s = WorkerSettings(app_id="a")
+    specs = worker_topics(s)
+    (events,) = [spec for spec in specs if spec.role == "events"]
+    assert events.partitions == 1 and not events.exact_partitions  # an older topic still works
+    (warning,) = partition_warnings(specs, {events.name: 4, s.input_topic: 4, s.deduped_topic: 4})
+    assert f"topic '{events.name}' has 4 partitions" in warning and "order them by seq" in warning
+    assert f"kafka-topics.sh --delete --topic {events.name}" in warning
+    assert partition_warnings(specs, {events.name: 1}) == [] and partition_warnings(specs, {}) == []

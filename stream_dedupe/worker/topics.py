@@ -181,6 +181,8 @@ async def ensure_topics(admin: AIOKafkaAdminClient, specs: list[TopicSpec]) -> l
                 f"(kafka-topics.sh --delete --topic {spec.name}) so the worker recreates it, or use another "
                 "app id (STREAM_DEDUPE_APP_ID / --app-id) which names a new index topic"
             )
+    for warning in partition_warnings(specs, counts):
+        log.warning("%s", warning)
     existing = [s for s in specs if s.name in counts]
     if existing:
         configs = await topic_configs(admin, [s.name for s in existing])
@@ -206,6 +208,25 @@ async def ensure_topics(admin: AIOKafkaAdminClient, specs: list[TopicSpec]) -> l
                 s.config or "default config",
             )
     return [s.name for s in missing]
+
+
+def partition_warnings(specs: list[TopicSpec], counts: dict[str, int]) -> list[str]:
+    """Warnings for existing topics whose partition count the worker runs with but would not create.
+
+    The events topic is created with one partition since 2026-12-07 (CHANGELOG.md): an older one
+    with several still works, but its consumers cannot read the events in decision order.
+    """
+    warnings = []
+    for spec in specs:
+        have = counts.get(spec.name)
+        if spec.role == "events" and have is not None and have > spec.partitions:
+            warnings.append(
+                f"topic {spec.name!r} has {have} partitions: its events are in decision order only within each, so "
+                "a consumer must order them by seq across partitions. Recreate it with one partition (delete it "
+                f"while no worker runs: kafka-topics.sh --delete --topic {spec.name}; the worker creates it again) "
+                "to let consumers read the events in order"
+            )
+    return warnings
 
 
 async def check_brokers(admin: AIOKafkaAdminClient, replication_factor: int) -> None:
