@@ -12,7 +12,7 @@ import sys
 from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
@@ -48,9 +48,6 @@ from stream_dedupe.options import (
     source_thresholds,
     state_help,
 )
-
-if TYPE_CHECKING:
-    pass
 
 app = typer.Typer(
     name="stream-dedupe",
@@ -125,8 +122,10 @@ def _directory_bytes(path: Path) -> int:
 
 
 def _small_run(inputs: list[str], input_bytes: int | None, limit: int) -> bool:
-    """Whether a run is known to write little: plain files (not stdin, not gzip) under ``limit`` bytes."""
-    return input_bytes is not None and input_bytes < limit and not any(p.endswith(".gz") for p in inputs)
+    """Whether a run is known to write little: uncompressed files (not stdin) under ``limit`` bytes."""
+    from stream_dedupe.inputs import is_compressed
+
+    return input_bytes is not None and input_bytes < limit and not any(is_compressed(p) for p in inputs)
 
 
 _D = DedupeParams()
@@ -300,7 +299,7 @@ def dedupe(
         if not resuming and named is not None and (unfinished := unfinished_run(store, named)):
             raise ConfigError(run_guard.overwrite_message(named, unfinished, inputs))
         if not resuming and (replaced := run_checkpoint(store)) is not None:
-            if not abandon_unfinished and run_guard.resumable_run(store, inputs, deletions or ()) is not None:
+            if not abandon_unfinished and run_guard.can_still_resume(replaced):
                 raise ConfigError(run_guard.abandon_message(replaced, state))
             err.print(f"[yellow]warning[/]: {run_guard.abandoned_note(replaced)}")
         if resuming and named is not None and (cut := rewind_events(store, named)):

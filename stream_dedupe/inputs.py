@@ -8,7 +8,7 @@ import lzma
 import os
 import shlex
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, cast
@@ -85,15 +85,27 @@ _UNREAD_FORMATS = (
 )
 
 
+#: Compressed formats read as such, by their signature (the file name does not matter).
+_READ_FORMATS: tuple[tuple[bytes, Callable[[BinaryIO], object]], ...] = (
+    (b"\x1f\x8b", lambda raw: gzip.GzipFile(fileobj=raw)),
+    (b"BZh", bz2.BZ2File),
+    (b"\xfd7zXZ\x00", lzma.LZMAFile),
+)
+
+
 def _decompressing(raw: BinaryIO, magic: bytes) -> BinaryIO | None:
     """A reader of the decompressed bytes when ``magic`` is that of gzip, bzip2 or xz (the name does not matter)."""
-    if magic.startswith(b"\x1f\x8b"):
-        return cast(BinaryIO, gzip.GzipFile(fileobj=raw))
-    if magic.startswith(b"BZh"):
-        return cast(BinaryIO, bz2.BZ2File(raw))
-    if magic.startswith(b"\xfd7zXZ\x00"):
-        return cast(BinaryIO, lzma.LZMAFile(raw))
+    for signature, opener in _READ_FORMATS:
+        if magic.startswith(signature):
+            return cast(BinaryIO, opener(raw))
     return None
+
+
+def is_compressed(path: str) -> bool:
+    """Whether an input file is gzip, bzip2 or xz compressed (its bytes on disk say less than its text)."""
+    with open(path, "rb") as head:
+        magic = head.read(6)
+    return any(magic.startswith(signature) for signature, _ in _READ_FORMATS)
 
 
 _BOM = b"\xef\xbb\xbf"

@@ -7,7 +7,7 @@ can no longer be resumed: running its command again decides its committed docume
 ``unchanged`` and rewrites its events file, so the decisions in that file would be lost. Hence:
 
 - a run that would replace a checkpoint that can still be resumed (its inputs are files, as they
-  were) is refused unless ``--abandon-unfinished`` is given (:func:`resumable_run`);
+  were) is refused unless ``--abandon-unfinished`` is given (:func:`can_still_resume`);
 - a run never overwrites the events file of an unfinished run (:func:`overwrite_message`).
 """
 
@@ -15,33 +15,26 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from stream_dedupe.embedded import resume_point, run_checkpoint
 from stream_dedupe.inputs import identity
-from stream_dedupe.storage.base import KVStore
 
 
-def resumable_run(store: KVStore, inputs: list[str], deletions: Sequence[str]) -> dict[str, Any] | None:
-    """The checkpoint of an unfinished earlier run that this one would replace and that can still be resumed.
+def can_still_resume(checkpoint: dict[str, Any]) -> bool:
+    """Whether the unfinished run of ``checkpoint`` could still be resumed: its inputs are files, as they were.
 
-    None when there is none, when this run resumes it (the same inputs), or when it cannot be
-    resumed anyway (it read standard input, or an input changed or is gone since).
+    Not when it read standard input, or an input changed or is gone since.
     """
-    checkpoint = run_checkpoint(store)
-    if checkpoint is None or resume_point(store, inputs, deletions) is not None:
-        return None
     earlier = checkpoint.get("inputs") or []
     for entry in earlier:
         path = str(entry.get("path"))
         if path == "-" or not os.path.isfile(path):
-            return None
+            return False
         now = identity(path)
         if (now["size"], now["mtime_ns"]) != (entry.get("size"), entry.get("mtime_ns")):
-            return None
-    return checkpoint if earlier else None
+            return False
+    return bool(earlier)
 
 
 def earlier_command(checkpoint: dict[str, Any], state: Path) -> str:

@@ -139,3 +139,17 @@ def test_a_truncated_input_decides_every_whole_line_then_says_how_to_go_on(tmp_p
     kinds = {e["id"]: e["event"] for e in outcomes if e["event"] in ("new", "duplicate-of", "unchanged")}
     assert [kinds[f"d{i}"] for i in range(read)] == ["unchanged"] * read
     assert all(kinds[f"d{i}"] in ("new", "duplicate-of") for i in range(read, 3000))
+
+
+def test_compression_is_told_by_the_content_not_the_name(tmp_path: Path) -> None:
+    import bz2
+    import lzma
+
+    from stream_dedupe.inputs import is_compressed
+
+    text = b'{"id": "a", "text": "x"}\n'
+    for name, data in (("a.data", gzip.compress(text)), ("b.jsonl", bz2.compress(text)), ("c", lzma.compress(text))):
+        (tmp_path / name).write_bytes(data)
+        assert is_compressed(str(tmp_path / name)), name
+    (tmp_path / "plain.jsonl.gz").write_bytes(text)  # a name that lies
+    assert not is_compressed(str(tmp_path / "plain.jsonl.gz"))

@@ -3,7 +3,7 @@
 Each non-blank line becomes one record: key = the document's ``id`` when the line is a JSON
 object with a string id (else no key), value = the line's bytes unchanged (bad lines are sent
 too: the worker routes them to the DLQ). Returns only when the broker acknowledged every record,
-or refused it for good: a line larger than the topic's ``max.message.bytes`` is counted in
+or refused it as too large: a line larger than the topic's ``max.message.bytes`` is counted in
 :attr:`ProduceResult.refused` (with its file and line) and the rest are sent.
 """
 
@@ -17,7 +17,12 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
-from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
+from aiokafka.errors import (  # type: ignore[import-untyped]
+    MessageSizeTooLargeError,
+    OutOfOrderSequenceNumber,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+)
 
 from stream_dedupe.inputs import read_lines
 from stream_dedupe.worker.security import client_security
@@ -86,6 +91,11 @@ def iter_records(paths: Iterable[str], result: ProduceResult) -> Iterator[tuple[
         offset += last
 
 
+#: A record the topic will never take (the broker's answer, or the client's own size check).
+_TOO_LARGE = (MessageSizeTooLargeError, RecordTooLargeError, RecordListTooLargeError)
+#: The failures of a batch refused for its size, and of the batches sent after it to that partition.
+_REFUSED_BATCH = (*_TOO_LARGE, OutOfOrderSequenceNumber)
+
 Pending = list[tuple[str, bytes | None, bytes, "asyncio.Future[object]"]]
 
 
@@ -113,20 +123,26 @@ class _Sender:
             await self.producer.stop()
             self.producer = None
 
+    async def renew(self) -> None:
+        """A new producer (a new producer id): the sequence numbers start again."""
+        await self.stop()
+        await self.start()
+
     async def send(self, where: str, key: bytes | None, value: bytes) -> None:
         try:
             self.pending.append((where, key, value, await self.producer.send(self.topic, value, key=key)))
-        except KafkaError as exc:  # refused before it is sent (over max_request_size)
-            if exc.retriable:
-                raise
+        except _TOO_LARGE as exc:  # refused before it is sent (over max_request_size)
             self.result.refuse(where, exc)
 
     async def settle(self) -> None:
-        """Wait for the acknowledgements in flight; a record refused for good is counted, not fatal."""
+        """Wait for the acknowledgements in flight; a record too large for the topic is counted, not fatal.
+
+        Any other error ends the load as before (an authorization error is no record's fault).
+        """
         outcomes = await asyncio.gather(*(future for *_, future in self.pending), return_exceptions=True)
         again = []
         for (where, key, value, _), outcome in zip(self.pending, outcomes, strict=True):
-            if isinstance(outcome, KafkaError) and not outcome.retriable:
+            if isinstance(outcome, _REFUSED_BATCH):  # too large, or sent after such a batch
                 again.append((where, key, value))
             elif isinstance(outcome, BaseException):
                 raise outcome
@@ -135,17 +151,13 @@ class _Sender:
         self.pending.clear()
         if not again:
             return
-        await self.stop()
-        await self.start()
+        await self.renew()
         for where, key, value in again:
             try:
                 await (await self.producer.send(self.topic, value, key=key))
-            except KafkaError as exc:
-                if exc.retriable:
-                    raise
+            except _TOO_LARGE as exc:
                 self.result.refuse(where, exc)
-                await self.stop()  # its sequence numbers are off now: a new producer for the next one
-                await self.start()
+                await self.renew()  # its sequence numbers are off now: a new producer for the next one
             else:
                 self._acknowledged(value)
 
