@@ -152,13 +152,6 @@ def open_existing(state: Path) -> tuple[Any, DedupeParams]:
     if not is_state(state):
         what = "does not exist" if not state.exists() else "is not a stream-dedupe state directory"
         raise ConfigError(f"--state {state} {what}: {hint}")
-    if not os.access(state, os.W_OK):
-        # rocksdict (0.3.29) writes its rocksdict-config.json at every open, read-only and secondary
-        # ones too (rocksdict PR #186 stops that; not released yet)
-        raise ConfigError(
-            f"--state {state} is not writable (a read-only file system or mount?): even reading a state writes "
-            "a small file into it (rocksdict's configuration); copy the state to a writable directory and read that"
-        )
     try:
         store = open_state(state, None)  # a sharded state with its shard processes
     except StateInUseError as exc:  # a reader should wait, not stop the writer

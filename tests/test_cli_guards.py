@@ -182,17 +182,23 @@ def test_a_file_whose_every_line_is_invalid_gets_a_warning(tmp_path: Path) -> No
 def test_a_state_that_cannot_be_written_is_refused_with_the_way_out(tmp_path: Path, monkeypatch: Any) -> None:
     """rocksdict writes a file at every open: a read-only mount gets a message, not 'os error 30'.
 
-    (Tests run as root, for whom a directory's mode bits do not deny writing; the file system's
-    answer is what ``os.access`` reports, so it stands in for a read-only mount here.)
+    (Tests run as root and cannot mount; rocksdict's own error on such a mount, as it raised it on
+    a read-only bind mount here, stands in for it.)
     """
     import pytest
 
     from stream_dedupe import cli_support
-    from stream_dedupe.errors import ConfigError
+    from stream_dedupe.errors import StateError
+    from stream_dedupe.storage import rocks
 
     sample = Path(__file__).resolve().parents[1] / "examples" / "crawl-sample.jsonl"
     state = tmp_path / "s"
     cli("dedupe", str(sample), "--state", str(state), "--no-progress")
-    monkeypatch.setattr(cli_support.os, "access", lambda path, mode: mode != os.W_OK)
-    with pytest.raises(ConfigError, match=r"is not writable .*copy the state to a writable directory"):
-        cli_support.open_for_reading(state)
+
+    def read_only(*args: Any, **kwargs: Any) -> Any:
+        raise Exception("Read-only file system (os error 30)")
+
+    monkeypatch.setattr(rocks, "Rdict", read_only)
+    for open_ in (lambda: cli_support.open_for_reading(state), lambda: rocks.RocksStore(state, reader=True)):
+        with pytest.raises(StateError, match=r"is not writable .*copy the state to a writable directory"):
+            open_()

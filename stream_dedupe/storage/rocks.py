@@ -197,6 +197,14 @@ class RocksStore:
                     f"state directory {self.path} is in use by another stream-dedupe process "
                     f"(RocksDB lock held): stop that process or use another --state directory ({text})"
                 ) from exc
+            if "Read-only file system" in text or "Permission denied" in text:
+                # rocksdict (0.3.29) writes its rocksdict-config.json at every open, read-only and
+                # secondary ones too (rocksdict PR #186 stops that; not released yet)
+                raise StateError(
+                    f"state directory {self.path} is not writable (a read-only file system or mount?): even reading "
+                    "a state writes a small file into it (rocksdict's configuration); copy the state to a writable "
+                    f"directory and use that ({text})"
+                ) from exc
             raise StateError(f"cannot open state directory {self.path}: {text}") from exc
         self._cf = {ns: self._db.get_column_family(ns) for ns in NAMESPACES}
         self._handles = {ns: self._db.get_column_family_handle(ns) for ns in NAMESPACES}
