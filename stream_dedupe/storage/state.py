@@ -242,8 +242,7 @@ class StateView(BatchOverlay):
         Appends in place and encodes the group once per batch: a group of N copies costs O(N)
         a batch, not O(N) an arrival (``bench/bench_groups.py``).
         """
-        self._own_list("exact", content_hash, orjson.loads).append(doc_id)
-        self._stage_appended("exact", content_hash)
+        self._append("exact", content_hash, [doc_id], orjson.loads)
 
     def put_new_exact_groups(self, content_hashes: Sequence[bytes], doc_ids: Sequence[str]) -> None:
         """Stage new exact-content groups of one document each, with one overlay write."""
@@ -293,11 +292,10 @@ class StateView(BatchOverlay):
             return
         key = _key(doc_id)
         added = [(o, float(s), bool(e)) for o, s, e in edges]
-        self._own_list("edges", key, _decode_edges).extend(added)
-        near = self._near.get(key)
+        self._append("edges", key, added, _decode_edges)
+        near = self._near.get(key)  # held only for a list decoded this batch: appended in place above
         if near is not None:
             near.extend(edge for edge in added if not edge[2])
-        self._stage_appended("edges", key)
 
     def near_edges(self, doc_id: str) -> list[Edge]:
         """A document's verified pairs that are not exact-content ones (the caller must not modify the list).
