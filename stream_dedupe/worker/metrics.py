@@ -104,7 +104,8 @@ class WorkerMetrics:
         )
         self.signed_by = PromCounter(
             "stream_dedupe_signed_documents",
-            "Documents by the stage that signed them: sign (any worker) or decide (the parameters differed).",
+            "Documents by the stage that signed them: sign (any worker) or decide (the parameters differed, "
+            "or the record was too large to forward with its signature).",
             ["stage"],
             registry=r,
         )

@@ -210,9 +210,13 @@ class SignStage:
         index = self.settings.index_topic
         for row, (key, value) in enumerate(records):
             if not self.sizes.fits(index, key, value, headers[row]):
-                size = record_bytes(key, value, headers[row])
-                detail = f"forwarded with its signature the record is {size} bytes, over max.message.bytes of {index}"
+                # The signature (in exact mode the shingle set, ~1.5x the text) is only work saved:
+                # forwarded without it, the decide stage signs the document itself.
                 headers[row] = [h for h in headers[row] if h[0] != SIGNED_HEADER]
+                if self.sizes.fits(index, key, value, headers[row]):
+                    continue
+                size = record_bytes(key, value, headers[row])
+                detail = f"the record is {size} bytes with its key and headers, over max.message.bytes of {index}"
                 records[row] = (key, self._judged(key, value or b"", headers[row], "too-large", detail))
         sent = await self._send(records, headers)
         async with self._lock:

@@ -3,8 +3,10 @@
 The records are sent by an independent client (librdkafka, through confluent-kafka), as a
 crawler would: one 2 MB document gzip-compressed by the producer (the broker accepts it: its
 limit applies to the compressed batch), 900 KB of non-JSON, a plain document over the limit on a
-topic that accepts 4 MB, a JSON bomb, a 50,000-field metadata, a key that disagrees with the JSON
-id, a document identified by its key only and a tombstone on that key. The worker must give
+topic that accepts 4 MB, a 900 KB document under the limit whose signature does not fit beside
+it (forwarded unsigned, it is a document like any other), a JSON bomb, a 50,000-field metadata,
+a key that disagrees with the JSON id, a document identified by its key only and a tombstone on
+that key. The worker must give
 each exactly one outcome, never restart, and decide the records sent after them.
 """
 
@@ -72,12 +74,16 @@ def test_oversize_and_odd_records_get_one_outcome_each(broker: Broker, names: Na
     non_json = base64.b64encode(rng.randbytes(675_000))  # 900 KB, under max_doc_bytes, not JSON
     plain_big = orjson.dumps({"id": "big-plain", "text": " ".join(words[:200_000])})  # ~1.3 MB
     assert 1 << 20 < len(plain_big) < 4 << 20
+    # under the limit, but its shingle set would make the signed forward ~1.4 MB: forwarded unsigned
+    fits = orjson.dumps({"id": "big-ok", "text": " ".join(words[200_000:330_000])})
+    assert 850_000 < len(fits) < 1_000_000
     bomb = b'{"id": "bomb", "text": "x", "metadata": {"a": ' + b"[" * 10_000 + b"]" * 10_000 + b"}}"
     fields = orjson.dumps({"id": "meta", "text": "x", "metadata": {f"f{i}": i for i in range(50_000)}})
     gz: list[tuple[bytes | None, bytes | None]] = [(b"big-gz", big_gz)]
     plain: list[tuple[bytes | None, bytes | None]] = [
         (None, non_json),
         (b"big-plain", plain_big),
+        (b"big-ok", fits),
         (None, bomb),
         (b"meta", fields),
         (b"key-A", orjson.dumps({"id": "json-B", "text": "the key and the id disagree"})),
@@ -108,7 +114,7 @@ def test_oversize_and_odd_records_get_one_outcome_each(broker: Broker, names: Na
     assert invalid["key-A"]["reason"] == "key-mismatch" and "json-B" in invalid["key-A"]["detail"]
     no_id = sorted((e["reason"], e["detail"]) for e in events if e["event"] == "invalid" and not e["id"])
     assert [reason for reason, _ in no_id] == ["id-too-long", "not-json"] and "2000 bytes" in no_id[0][1]
-    assert {e["id"] for e in events if e["event"] == "new"} == {"by-key", *(f"d{i}" for i in range(20))}
+    assert {e["id"] for e in events if e["event"] == "new"} == {"by-key", "big-ok", *(f"d{i}" for i in range(20))}
     deleted = [e for e in events if e["event"] == "deleted"]
     assert deleted == [{"event": "deleted", "id": "by-key", "known": True, "seq": deleted[0]["seq"]}]
 
@@ -136,6 +142,7 @@ def test_oversize_and_odd_records_get_one_outcome_each(broker: Broker, names: Na
     assert log.count("engine ready") == 1 and "stage failed" not in log and "Traceback" not in log
     status, body = w.get("/metrics")
     assert status == 200 and 'stream_dedupe_invalid_records_total{reason="too-large"} 2.0' in body.decode()
+    assert 'stream_dedupe_signed_documents_total{stage="decide"} 1.0' in body.decode()  # big-ok, unsigned
     assert w.stop() == 0
 
 
