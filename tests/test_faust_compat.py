@@ -170,6 +170,39 @@ def test_fetch_wait_patch_of_the_consumer_thread() -> None:
     assert patched.__name__ == "create_capped" and driver.AIOKafkaConsumerThread._sd_original_create is original
 
 
+def test_metadata_retry_throttle_wraps_the_client_update() -> None:
+    from aiokafka.client import AIOKafkaClient
+
+    update = getattr(AIOKafkaClient, "_metadata_update", None)
+    canary(inspect.iscoroutinefunction(update), "aiokafka AIOKafkaClient._metadata_update")
+    params = list(inspect.signature(update).parameters)  # type: ignore[arg-type]
+    canary(params == ["self", "cluster_metadata", "topics"], "AIOKafkaClient._metadata_update", f"signature {params}")
+    canary(
+        "await self._metadata_update(" in inspect.getsource(AIOKafkaClient._md_synchronizer),
+        "AIOKafkaClient._md_synchronizer",
+        "no longer awaits _metadata_update",
+    )
+
+    async def backoff() -> float:
+        client = AIOKafkaClient(bootstrap_servers="127.0.0.1:1", retry_backoff_ms=40)
+        return float(client._retry_backoff)
+
+    canary(asyncio.run(backoff()) == 0.04, "aiokafka AIOKafkaClient._retry_backoff")
+    faust_compat.throttle_metadata_retries()
+    faust_compat.throttle_metadata_retries()  # idempotent: one wrapper
+    assert AIOKafkaClient._metadata_update.__name__ == "throttled"
+
+    async def failed_updates() -> tuple[list[bool], float]:
+        # no broker known and no bootstrap connection: every update fails, after a growing wait
+        client = AIOKafkaClient(bootstrap_servers="127.0.0.1:1", retry_backoff_ms=40)
+        start = asyncio.get_running_loop().time()
+        results = [await client._metadata_update(client.cluster, set()) for _ in range(3)]
+        return results, asyncio.get_running_loop().time() - start
+
+    results, took = asyncio.run(failed_updates())
+    assert results == [False, False, False] and took >= 0.04 + 0.08 + 0.16
+
+
 def test_worker_first_signal_hook() -> None:
     from mode.worker import Worker as ModeWorker
 

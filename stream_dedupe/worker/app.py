@@ -105,6 +105,7 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
     """Build the Faust app of a worker (topics, tables, agents, web views, timers)."""
     s = settings
     faust_compat.cap_fetch_wait(FETCH_MAX_WAIT_MS)
+    faust_compat.throttle_metadata_retries()
     app = faust.App(
         s.app_id,
         broker=s.faust_broker,

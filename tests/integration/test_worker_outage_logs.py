@@ -79,3 +79,84 @@ def test_faust_does_not_expect_acks_from_the_index_topic(tmp_path: Any) -> None:
     built = create_app(WorkerSettings(app_id="acks-check", state_dir=tmp_path / "state"))
     (agent,) = built.app.agents.values()
     assert agent.channel.get_topic_name() == "acks-check-index" and agent.channel.acks is False
+    from aiokafka.client import AIOKafkaClient
+
+    assert AIOKafkaClient._metadata_update.__name__ == "throttled"  # every client of the worker's process
+
+
+def test_a_producer_with_pending_sends_does_not_spin_while_the_broker_is_down(broker: Broker, names: Names) -> None:
+    """aiokafka retried a failed metadata update at once: thousands of refused connections a second.
+
+    A plain aiokafka producer with batches pending, in a child process, before and after the
+    worker's :func:`~stream_dedupe.worker.faust_compat.throttle_metadata_retries`: the failed
+    updates in 6 s of outage are counted from aiokafka's own log.
+    """
+    import subprocess
+    import sys
+
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    async def create() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(names.input + "-spin", 3, 1)])
+        finally:
+            await admin.close()
+
+    import asyncio
+
+    asyncio.run(create())
+    script = f"""
+import asyncio, logging, sys
+from aiokafka import AIOKafkaProducer
+from stream_dedupe.worker import faust_compat
+if sys.argv[1] == "throttled":
+    faust_compat.throttle_metadata_retries()
+failed = []
+class Count(logging.Handler):
+    def emit(self, record):
+        if "Unable to update metadata" in record.getMessage():
+            failed.append(record)
+logging.getLogger("aiokafka").addHandler(Count())
+async def main():
+    producer = AIOKafkaProducer(bootstrap_servers={broker.bootstrap!r}, acks="all", request_timeout_ms=600_000)
+    await producer.start()
+    await producer.send_and_wait({names.input + "-spin"!r}, b"x")
+
+    async def load():  # sends in flight all along, as a worker's under load
+        while True:
+            try:
+                await asyncio.wait_for(producer.send({names.input + "-spin"!r}, b"x" * 100), 0.01)
+            except Exception:
+                pass
+            await asyncio.sleep(0.002)
+
+    task = asyncio.create_task(load())
+    await asyncio.sleep(1)
+    print("ready", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)  # the broker is stopped now
+    failed.clear()
+    await asyncio.sleep(6)
+    print(len(failed), flush=True)
+    import os; os._exit(0)
+asyncio.run(main())
+"""
+    counts = {}
+    for mode in ("plain", "throttled"):
+        child = subprocess.Popen(
+            [sys.executable, "-c", script, mode], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert child.stdin is not None and child.stdout is not None
+        try:
+            assert child.stdout.readline().strip() == "ready"
+            broker.stop()
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            counts[mode] = int(child.stdout.readline())
+        finally:
+            child.kill()
+            broker.resume()
+    # without the backoff aiokafka loops on refused connections (thousands); with it, ~1 a second
+    assert counts["plain"] > 500, counts
+    assert counts["throttled"] < 30, counts
