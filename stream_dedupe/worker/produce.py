@@ -25,6 +25,7 @@ from aiokafka.errors import (  # type: ignore[import-untyped]
 )
 
 from stream_dedupe.inputs import read_lines
+from stream_dedupe.worker.faust_compat import throttle_metadata_retries
 from stream_dedupe.worker.security import client_security
 from stream_dedupe.worker.settings import WorkerSettings
 from stream_dedupe.worker.sizes import FRAMING, record_bytes
@@ -115,6 +116,7 @@ class _Sender:
         self.pending: Pending = []
 
     async def start(self) -> None:
+        throttle_metadata_retries()  # no spinning on refused connections while the broker is down
         self.producer = AIOKafkaProducer(**self.config)
         await self.producer.start()
 

@@ -51,6 +51,7 @@ from stream_dedupe.worker.cli import (
     _opt,
     err,
 )
+from stream_dedupe.worker.faust_compat import throttle_metadata_retries
 from stream_dedupe.worker.journal import JOURNAL_HEAD
 from stream_dedupe.worker.pipeline import INDEX_OFFSET_KEY, INPUT_OFFSET_PREFIX
 from stream_dedupe.worker.produce import send_batches
@@ -99,6 +100,7 @@ async def reshard_app(source: WorkerSettings, target: WorkerSettings) -> dict[st
     if await _has_records(target, changelog_topic(target, "meta")):
         raise ReshardError(f"app {target.app_id} has a state already: give the copy a new app id")
     await prepare_worker_topics(target, wait=30)
+    throttle_metadata_retries()
     producer = AIOKafkaProducer(bootstrap_servers=target.bootstrap, **target.kafka_security(), acks="all")
     await producer.start()
     counts: dict[str, int] = {}
