@@ -193,8 +193,9 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
         if rt.engine is not None and not owns_index(app, rt):
             log.warning("the index partition moved to another worker: this worker now only signs")
             await stop_decide(rt)
-            for gauge in (rt.metrics.decider, rt.metrics.clusters, rt.metrics.state_documents):
-                gauge.set(0)  # the new decider reports them
+            m = rt.metrics
+            for gauge in (m.decider, m.clusters, m.state_documents, m.largest_cluster):
+                gauge.set(0)  # the new decider reports them (a stale largest cluster kept its alert firing)
 
     cast(Any, app.on_partitions_revoked).connect(on_revoked)
     cast(Any, app.on_partitions_assigned).connect(on_assigned)

@@ -15,10 +15,15 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 from prometheus_client import Counter as PromCounter
 
+from stream_dedupe.core.records import INVALID_REASONS
 from stream_dedupe.storage.rocks import tree_bytes
 
 #: Decision latency buckets in seconds (input record timestamp -> its event acknowledged).
-LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+#: Up to an hour: under a backlog a record waits minutes, and a top bucket of 60 s showed every quantile as 60 s.
+LATENCY_BUCKETS = (
+    *(0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+    *(120.0, 300.0, 600.0, 1800.0, 3600.0),
+)
 CANDIDATE_BUCKETS = (0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0, 50.0, 100.0)
 CONTENT_TYPE = "text/plain; version=0.0.4"
 #: ``POST /query`` latency buckets in seconds (request received -> answer ready).
@@ -42,7 +47,17 @@ class WorkerMetrics:
             "stream_dedupe_documents", "Input records decided, by outcome.", ["outcome"], registry=r
         )
         self.duplicate_ratio = Gauge(
-            "stream_dedupe_duplicate_ratio", "Duplicates over valid documents decided by this process.", registry=r
+            "stream_dedupe_duplicate_ratio",
+            "Documents dropped from the index (duplicate-of arrivals, and documents a new arrival covers) over the "
+            "new and duplicate documents decided by this process.",
+            registry=r,
+        )
+        self.index_changes = PromCounter(
+            "stream_dedupe_index_changes",
+            "Documents other than the one decided that left the index (covered now) or entered it (a "
+            "representative now), from cover-changed events.",
+            ["change"],
+            registry=r,
         )
         self.candidates = Histogram(
             "stream_dedupe_candidates_per_document",
@@ -240,6 +255,18 @@ class WorkerMetrics:
             registry=r,
         )
         self._last: Counter[str] = Counter()
+        #: new and duplicate-of documents, and documents dropped, decided by this process (``duplicate_ratio``).
+        self._decided = self._dropped = 0
+        # Every series of a labelled counter from the start (0), so that rate() sees the first batch:
+        # a series born at its first increment loses that increment (first samples 1995, 247).
+        for outcome in (*_OUTCOMES.values(), "invalid"):
+            self.documents.labels(outcome)
+        for reason in INVALID_REASONS:
+            self.invalid.labels(reason)
+        for stage in ("sign", "decide"):
+            self.signed_by.labels(stage)
+        for change in ("left", "entered"):
+            self.index_changes.labels(change)
 
     def restart_counters(self) -> None:
         """The engine was rebuilt (its cumulative counters start again from zero)."""
@@ -251,6 +278,17 @@ class WorkerMetrics:
             kind = event["event"]
             if kind in _OUTCOMES:
                 self.documents.labels(_OUTCOMES[kind]).inc()
+                if kind in ("new", "duplicate-of"):
+                    self._decided += 1
+                    self._dropped += kind == "duplicate-of"
+            elif kind == "cover-changed":
+                # A copy that outranks the indexed document (longer, newer) is "new", and the older
+                # one leaves the index here: counted as dropped, or a re-crawl with a newer
+                # updated_at would never count as a duplicate.
+                left, entered = len(event["left"]), len(event["entered"])
+                self.index_changes.labels("left").inc(left)
+                self.index_changes.labels("entered").inc(entered)
+                self._dropped += left
             elif kind == "invalid":
                 self.documents.labels("invalid").inc()
                 self.invalid.labels(str(event.get("reason"))).inc()
@@ -269,8 +307,8 @@ class WorkerMetrics:
         # a recognized re-crawl used no signature at all: counted apart, not as the decide stage's
         self.signed_by.labels("decide").inc(max(delta["documents"] - delta["presigned"] - delta["recognized"], 0))
         self.recognized.inc(max(delta["recognized"], 0))
-        if counters["documents"]:
-            self.duplicate_ratio.set(counters["duplicates"] / counters["documents"])
+        if self._decided:
+            self.duplicate_ratio.set(min(self._dropped / self._decided, 1.0))
         self.batch_size.observe(records)
 
     def render(self) -> bytes:

@@ -1,0 +1,48 @@
+"""Every metric a worker exports has its row in docs/worker.md's metric table (an SRE reads it there)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from stream_dedupe.worker.metrics import WorkerMetrics
+
+DOCS = Path(__file__).parents[1] / "docs" / "worker.md"
+
+
+def test_every_exported_metric_is_in_the_table_and_no_other() -> None:
+    exported = {
+        family.name + ("_total" if family.type == "counter" else "") for family in WorkerMetrics().registry.collect()
+    }
+    documented = set(re.findall(r"^\| `(stream_dedupe_[a-z_]+)", DOCS.read_text(), re.MULTILINE))
+    assert exported - documented == set(), "exported, not in docs/worker.md's table"
+    assert documented - exported == set(), "in docs/worker.md's table, not exported"
+
+
+def test_labelled_counters_export_every_series_from_the_start() -> None:
+    text = WorkerMetrics().render().decode()
+    for series in (
+        'stream_dedupe_documents_total{outcome="duplicate"} 0.0',
+        'stream_dedupe_invalid_records_total{reason="not-json"} 0.0',
+        'stream_dedupe_signed_documents_total{stage="decide"} 0.0',
+        'stream_dedupe_index_changes_total{change="left"} 0.0',
+    ):
+        assert series in text
+
+
+def test_the_duplicate_ratio_counts_pages_an_arrival_outranks() -> None:
+    from collections import Counter
+
+    metrics = WorkerMetrics()
+    # a newer copy of an indexed page is "new", and the page it replaces leaves the index
+    events = [
+        {"event": "new", "id": "a"},
+        {"event": "new", "id": "a2"},
+        {"event": "cover-changed", "id": "a2", "entered": [], "left": [{"id": "a"}], "moved": []},
+        {"event": "duplicate-of", "id": "a3"},
+        {"event": "new", "id": "b"},
+    ]
+    metrics.record_batch(events, Counter(documents=4), 5)
+    text = metrics.render().decode()
+    assert "stream_dedupe_duplicate_ratio 0.5" in text  # a and a3 dropped, of four
+    assert 'stream_dedupe_index_changes_total{change="left"} 1.0' in text
