@@ -193,6 +193,13 @@ def stats(
 
 def in_use_note(state: Path) -> str:
     """What a reading command says on stderr when another process holds the state."""
+    from stream_dedupe.storage.worker_tables import is_worker_state
+
+    if is_worker_state(state):
+        return (
+            f"--state {state} is a Kafka worker's state: read as the worker last wrote each of its tables to disk "
+            "(a batch being written may show in some tables only)"
+        )
     return (
         f"--state {state} is in use by another stream-dedupe process: read as that process last wrote it "
         "to disk (a batch boundary); run again once it has finished for its final content"
@@ -217,10 +224,15 @@ def stats_text(counted: "StateStats", state: Path) -> str:
     ]
     width = max(len(what) for what, _ in counts)
     values = max(len(value) for _, value in counts)
+    from stream_dedupe.storage.worker_tables import is_worker_state
+
+    worker = is_worker_state(state)
     in_use = " (in use by another process: as it had persisted it)" if counted.live else ""
-    title = f"state directory {state}{in_use}"
+    title = f"state directory {state}" + (" (a Kafka worker's tables, as last written to disk)" if worker else in_use)
     lines = [title, *(f"  {what:<{width}}  {value:>{values}}" for what, value in counts)]
-    if counted.live and run is not None:
+    if worker:
+        pass  # a worker has no runs: its input is a topic
+    elif counted.live and run is not None:
         lines.append(f"run: in progress, persisted up to line {run['line']:,} of {run['path']}")
     elif counted.live:
         lines.append("run: none on disk (a Python Deduper holds the state, or a run has not flushed its first batches)")

@@ -147,8 +147,14 @@ def open_existing(state: Path) -> tuple[Any, DedupeParams]:
     """Open a state for a read-only command: it must exist and hold the parameters of a run."""
     from stream_dedupe.core.engine import stored_params
     from stream_dedupe.sharded_state import open_state
+    from stream_dedupe.storage.worker_tables import is_worker_state
 
     hint = f"run `stream-dedupe dedupe FILE.jsonl --state {state}` first"
+    if not is_state(state) and is_worker_state(state):
+        raise ConfigError(
+            f"--state {state} is a Kafka worker's state directory: this command changes a state, and a worker's "
+            "belongs to the worker (stats, clusters, boilerplate and explain --state read it)"
+        )
     if not is_state(state):
         what = "does not exist" if not state.exists() else "is not a stream-dedupe state directory"
         raise ConfigError(f"--state {state} {what}: {hint}")
@@ -174,8 +180,10 @@ def open_for_reading(state: Path) -> tuple[Any, DedupeParams, bool]:
 
     Returns:
         ``(store, params, live)``: ``live`` is True when a running ``dedupe`` (or an open Python
-        ``Deduper``) holds the state; it is then read without its lock (a RocksDB secondary
-        instance) as that process had persisted it, up to its last flush: a batch boundary. Only
+        ``Deduper``) holds the state, and for a Kafka worker's state directory (read through
+        :class:`~stream_dedupe.storage.worker_tables.WorkerTablesStore`, the worker running or
+        not); it is then read without its lock (a RocksDB secondary instance) as that process
+        had persisted it, up to its last flush: a batch boundary. Only
         the state's own directory is opened then: a sharded state's shards (signatures, shingle
         sets, bands) are not.
 
@@ -186,7 +194,17 @@ def open_for_reading(state: Path) -> tuple[Any, DedupeParams, bool]:
     """
     from stream_dedupe.core.engine import stored_params
     from stream_dedupe.storage.rocks import RocksStore
+    from stream_dedupe.storage.worker_tables import WorkerTablesStore, is_worker_state
 
+    if not is_state(state) and is_worker_state(state):
+        tables = WorkerTablesStore(state)
+        params = stored_params(tables)
+        if params is None:
+            tables.close()
+            raise StateInUseError(
+                f"--state {state} is a Kafka worker's state with no batch decided yet: run again later"
+            )
+        return tables, params, True
     try:
         store, params = open_existing(state)
         return store, params, False
