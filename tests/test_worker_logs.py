@@ -53,6 +53,12 @@ def test_a_refused_connection_that_aiokafka_retries_is_a_warning_that_says_so() 
     )
     assert RepeatFilter().filter(record)
     assert record.levelno == logging.WARNING and record.getMessage().endswith("refused (retried)")
+    metadata = logging.LogRecord(
+        "aiokafka.client", logging.ERROR, __file__, 1, "Unable to update metadata from %s", ([1],), None
+    )
+    assert RepeatFilter().filter(metadata)
+    assert metadata.levelno == logging.WARNING
+    assert metadata.getMessage() == "Unable to update metadata from [1] (retried)"
     other = logging.LogRecord("aiokafka.client", logging.ERROR, __file__, 1, "Unexpected error: %s", ("x",), None)
     RepeatFilter().filter(other)
     assert other.levelno == logging.ERROR

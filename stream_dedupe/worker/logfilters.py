@@ -51,7 +51,11 @@ def _retried_coordinator_lookup(record: logging.LogRecord) -> bool:
 #: aiokafka's ERROR records of a failed connection, which it (or the worker) retries: a broker
 #: that is down or restarting. The worker says so itself, with what to do
 #: (``stream_dedupe_broker_connected``, "Kafka broker ... not reachable ...; retrying").
-_RETRIED_CONNECTS = ('Unable connect to "%s:%s": %s', "Unable connect to node with id %s: %s")
+_RETRIED_CONNECTS = (
+    'Unable connect to "%s:%s": %s',
+    "Unable connect to node with id %s: %s",
+    "Unable to update metadata from %s",  # retried after a backoff (faust_compat.throttle_metadata_retries)
+)
 
 
 def soften_retried(record: logging.LogRecord) -> None:
@@ -64,7 +68,7 @@ def soften_retried(record: logging.LogRecord) -> None:
     """
     if _retried_coordinator_lookup(record):
         record.levelno, record.levelname = logging.WARNING, "WARNING"
-        record.msg = _COORDINATOR_LOOKUP + " (retried: the broker is still electing the group's coordinator)"
+        record.msg = _COORDINATOR_LOOKUP + " (retried: the broker is down, or still electing the group's coordinator)"
     elif record.levelno == logging.ERROR and record.msg in _RETRIED_CONNECTS:
         record.levelno, record.levelname = logging.WARNING, "WARNING"
         record.msg = f"{record.msg} (retried)"
