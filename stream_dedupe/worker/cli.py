@@ -235,6 +235,7 @@ def run_worker(settings: WorkerSettings) -> None:
     from stream_dedupe.worker.faust_compat import worker_class
     from stream_dedupe.worker.follow import catch_up
     from stream_dedupe.worker.security import describe
+    from stream_dedupe.worker.startup_web import serving_while_starting
     from stream_dedupe.worker.topics import prepare_worker_topics
 
     lock_state_dir(settings.state_dir)  # before any client: a clear one-line error, exit 2
@@ -249,14 +250,18 @@ def run_worker(settings: WorkerSettings) -> None:
     log = logging.getLogger("stream_dedupe.worker")
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    log.info("checking topics on %s (%s; waiting for the broker if it is down)", settings.bootstrap, describe(settings))
-    created = loop.run_until_complete(prepare_worker_topics(settings))
-    if created:
-        log.info("created topics: %s", ", ".join(created))
-    built = create_app(settings)
-    # Before joining the group: copy what the changelogs hold beyond the local state (a restart,
-    # a lost disk) in bulk; Faust's own recovery then reads only the rest (stream_dedupe.worker.follow).
-    loop.run_until_complete(catch_up(settings, built.tables))
+    # /healthz, /readyz and /metrics until the app serves them (stream_dedupe.worker.startup_web)
+    with serving_while_starting(loop, settings) as startup:
+        waiting = "waiting for the broker if it is down"
+        log.info("checking topics on %s (%s; %s)", settings.bootstrap, describe(settings), waiting)
+        created = loop.run_until_complete(prepare_worker_topics(settings))
+        startup.broker_reached()
+        if created:
+            log.info("created topics: %s", ", ".join(created))
+        built = create_app(settings)
+        # Before joining the group: copy what the changelogs hold beyond the local state (a restart,
+        # a lost disk) in bulk; Faust's own recovery then reads only the rest (stream_dedupe.worker.follow).
+        loop.run_until_complete(catch_up(settings, built.tables))
     # Fewer garbage collections: the worker allocates many short-lived objects per record (Faust
     # events, messages) and few cycles; measured 1.0k -> 1.4k docs/s end to end (bench_worker.py).
     gc.set_threshold(50_000, 20, 100)

@@ -5,6 +5,7 @@ Stops and resumes the session broker (keeping its data), so it runs last in this
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -31,10 +32,21 @@ def test_broker_down_at_start_and_restarted_under_worker(broker: Broker, names: 
         w = workers().start()
         _wait_for(lambda: w.log().count("not reachable") >= 2, 30, "the worker to log its retries")
         assert w.proc is not None and w.proc.poll() is None
+        # while it waits, its web port answers: alive, not ready, and the broker not reached for
+        # seconds (StreamDedupeBrokerUnreachable can fire; the target is not just "down")
+        status, body = w.get("/healthz")
+        assert status == 200 and orjson.loads(body)["phase"] == "waiting for the broker"
+        status, body = w.get("/readyz")
+        assert status == 503 and orjson.loads(body)["broker"]["connected"] is False
+        metrics = w.get("/metrics")[1].decode()
+        assert "stream_dedupe_ready 0.0" in metrics and "stream_dedupe_broker_connected 0.0" in metrics
+        waited = float(re.search(r"^stream_dedupe_broker_last_contact_seconds (\S+)$", metrics, re.MULTILINE)[1])  # type: ignore[index]
+        assert waited > 2
     finally:
         broker.resume()
     w.wait_ready(90)
     assert "connected to Kafka broker" in w.log()
+    assert orjson.loads(w.get("/healthz")[1])["status"] == "alive"  # the app's own server took the port over
 
     produce(broker.bootstrap, names.input, keyed[:1000])
     consume(broker.bootstrap, names.events, until=n_document_events(300), timeout=90, idle=0)
