@@ -242,7 +242,10 @@ class StateView(BatchOverlay):
         Appends in place and encodes the group once per batch: a group of N copies costs O(N)
         a batch, not O(N) an arrival (``bench/bench_groups.py``).
         """
-        self._append("exact", content_hash, [doc_id], orjson.loads)
+        # decoded and appended in place (not _append's undecoded tail): a group appended to is
+        # read again in the same batch (its head, its representatives), so it is decoded anyway
+        self._own_list("exact", content_hash, orjson.loads).append(doc_id)
+        self._stage_appended("exact", content_hash)
 
     def put_new_exact_groups(self, content_hashes: Sequence[bytes], doc_ids: Sequence[str]) -> None:
         """Stage new exact-content groups of one document each, with one overlay write."""
