@@ -193,7 +193,7 @@ def stats(
 
 def in_use_note(state: Path) -> str:
     """What a reading command says on stderr when another process holds the state."""
-    from stream_dedupe.storage.worker_tables import is_worker_state
+    from stream_dedupe.storage.worker_tables import is_worker_state  # rocksdict: not at the CLI's start
 
     if is_worker_state(state):
         return (
@@ -206,8 +206,21 @@ def in_use_note(state: Path) -> str:
     )
 
 
+def _run_line(live: bool, run: dict[str, Any] | None) -> str:
+    """What ``stats`` says of the state's last run (``run``: its unfinished checkpoint, or None)."""
+    if live and run is not None:
+        return f"run: in progress, persisted up to line {run['line']:,} of {run['path']}"
+    if live:
+        return "run: none on disk (a Python Deduper holds the state, or a run has not flushed its first batches)"
+    if run is None:
+        return "last run: finished"
+    return f"last run: unfinished, committed up to line {run['line']:,} of {run['path']} (run it again to resume)"
+
+
 def stats_text(counted: "StateStats", state: Path) -> str:
     """``stats`` for a person: the counts, the last run and the parameters, then a row per source when counted."""
+    from stream_dedupe.storage.worker_tables import is_worker_state
+
     p, learn, run = counted.params, counted.params["boilerplate"], counted.unfinished_run
     counts = [
         ("documents", f"{counted.documents:,}"),
@@ -224,24 +237,14 @@ def stats_text(counted: "StateStats", state: Path) -> str:
     ]
     width = max(len(what) for what, _ in counts)
     values = max(len(value) for _, value in counts)
-    from stream_dedupe.storage.worker_tables import is_worker_state
-
     worker = is_worker_state(state)
-    in_use = " (in use by another process: as it had persisted it)" if counted.live else ""
-    title = f"state directory {state}" + (" (a Kafka worker's tables, as last written to disk)" if worker else in_use)
-    lines = [title, *(f"  {what:<{width}}  {value:>{values}}" for what, value in counts)]
     if worker:
-        pass  # a worker has no runs: its input is a topic
-    elif counted.live and run is not None:
-        lines.append(f"run: in progress, persisted up to line {run['line']:,} of {run['path']}")
-    elif counted.live:
-        lines.append("run: none on disk (a Python Deduper holds the state, or a run has not flushed its first batches)")
-    elif run is None:
-        lines.append("last run: finished")
+        how = " (a Kafka worker's tables, as last written to disk)"
     else:
-        lines.append(
-            f"last run: unfinished, committed up to line {run['line']:,} of {run['path']} (run it again to resume)"
-        )
+        how = " (in use by another process: as it had persisted it)" if counted.live else ""
+    lines = [f"state directory {state}{how}", *(f"  {what:<{width}}  {value:>{values}}" for what, value in counts)]
+    if not worker:  # a worker has no runs: its input is a topic
+        lines.append(_run_line(counted.live, run))
     lines.append("parameters (stored in the state; a run on it takes them from there):")
     lines.extend(f"  {line}" for line in parameter_lines(p, counted.index_shards))
     if counted.sources is not None:

@@ -150,12 +150,12 @@ def open_existing(state: Path) -> tuple[Any, DedupeParams]:
     from stream_dedupe.storage.worker_tables import is_worker_state
 
     hint = f"run `stream-dedupe dedupe FILE.jsonl --state {state}` first"
-    if not is_state(state) and is_worker_state(state):
-        raise ConfigError(
-            f"--state {state} is a Kafka worker's state directory: this command changes a state, and a worker's "
-            "belongs to the worker (stats, clusters, boilerplate and explain --state read it)"
-        )
     if not is_state(state):
+        if is_worker_state(state):
+            raise ConfigError(
+                f"--state {state} is a Kafka worker's state directory: this command changes a state, and a "
+                "worker's belongs to the worker (stats, clusters, boilerplate and explain --state read it)"
+            )
         what = "does not exist" if not state.exists() else "is not a stream-dedupe state directory"
         raise ConfigError(f"--state {state} {what}: {hint}")
     try:

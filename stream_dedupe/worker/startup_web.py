@@ -9,7 +9,8 @@ before the app binds the port:
 
 * ``/healthz``: 200, ``{"status": "starting", "phase": ...}`` (the process is alive);
 * ``/readyz``: 503, with the phase and the broker part of the running worker's body;
-* ``/metrics``: ``stream_dedupe_ready`` 0, ``stream_dedupe_broker_connected`` and
+* ``/metrics``: the worker's metrics at their start values, with ``stream_dedupe_ready`` 0,
+  ``stream_dedupe_broker_connected`` and
   ``stream_dedupe_broker_last_contact_seconds`` (the seconds spent waiting for the broker), so
   that ``StreamDedupeBrokerUnreachable`` fires for a worker that cannot reach its broker at start.
 """
@@ -23,10 +24,9 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from stream_dedupe.worker.errors import WorkerConfigError
-from stream_dedupe.worker.metrics import CONTENT_TYPE
+from stream_dedupe.worker.metrics import CONTENT_TYPE, WorkerMetrics
 
 if TYPE_CHECKING:
     from stream_dedupe.worker.settings import WorkerSettings
@@ -51,16 +51,9 @@ class StartupServer:
         self.phase = WAITING
         self.started_at = self._waiting_since = time.monotonic()
         self._runner: web.AppRunner | None = None
-        self.registry = CollectorRegistry()
-        Gauge("stream_dedupe_ready", "1 while the worker is ready (0: starting).", registry=self.registry).set(0)
-        self._connected = Gauge(
-            "stream_dedupe_broker_connected", "1 once the worker has reached a broker.", registry=self.registry
-        )
-        self._last_contact = Gauge(
-            "stream_dedupe_broker_last_contact_seconds",
-            "Seconds the worker has waited for a broker (0 once reached).",
-            registry=self.registry,
-        )
+        # the worker's own metric definitions (the same names and help), at their start values
+        self.metrics = WorkerMetrics()
+        self.metrics.ready.set(0)
 
     def broker_reached(self) -> None:
         """The topics are checked: the broker answers; the state is restored next."""
@@ -69,8 +62,8 @@ class StartupServer:
     def _broker(self) -> dict[str, Any]:
         waiting = self.phase == WAITING
         seconds = round(time.monotonic() - self._waiting_since, 3) if waiting else 0.0
-        self._connected.set(0 if waiting else 1)
-        self._last_contact.set(seconds)
+        self.metrics.broker_connected.set(0 if waiting else 1)
+        self.metrics.broker_last_contact.set(seconds)
         return {"connected": not waiting, "last_contact_seconds": seconds}
 
     async def _healthz(self, request: web.Request) -> web.Response:
@@ -83,7 +76,7 @@ class StartupServer:
 
     async def _metrics(self, request: web.Request) -> web.Response:
         self._broker()
-        return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE})
+        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
     async def start(self) -> None:
         """Serve on ``host:port`` (the port is free again after :meth:`stop`)."""
