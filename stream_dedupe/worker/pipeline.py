@@ -28,6 +28,7 @@ from stream_dedupe.core.records import Invalid, ParseLimits, Record
 from stream_dedupe.core.signer import Signed
 from stream_dedupe.errors import StreamDedupeError
 from stream_dedupe.worker import faust_compat
+from stream_dedupe.worker.decided_offsets import DecidedOffsets
 from stream_dedupe.worker.faults import fault_point
 from stream_dedupe.worker.index_records import Origin, origin_of, record_of, signature_of
 from stream_dedupe.worker.metrics import WorkerMetrics
@@ -91,6 +92,8 @@ class Runtime:
     shard_epoch: int = 0
     #: When the shard standby placement was last looked up (monotonic s; one look-up per 2 s).
     shard_standby_tried: float = 0.0
+    #: at_least_once: reports the decided position to Kafka as the decide group's offset.
+    decided_offsets: DecidedOffsets | None = None
 
 
 def pause_index(app: faust.App, rt: Runtime) -> None:
@@ -121,12 +124,12 @@ def owns_index(app: faust.App, rt: Runtime) -> bool:
         return False
 
 
-def _new_consumer(s: WorkerSettings, name: str) -> Any:
+def _new_consumer(s: WorkerSettings, name: str, group_id: str | None = None) -> Any:
     from aiokafka import AIOKafkaConsumer  # type: ignore[import-untyped]
 
     return AIOKafkaConsumer(
         bootstrap_servers=s.bootstrap,
-        group_id=None,  # positions come from the state, never from committed offsets
+        group_id=group_id,  # positions come from the state, never from committed offsets
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
@@ -195,6 +198,9 @@ async def stop_pipeline(rt: Runtime, keep_producer: bool = False) -> None:
         with contextlib.suppress(BaseException):
             await asyncio.wait_for(rt.settling, 10)
         rt.settling = None
+    if rt.decided_offsets is not None:
+        await rt.decided_offsets.flush()
+        rt.decided_offsets = None
     for client in (*rt.consumers, None if keep_producer else rt.producer, rt.txn_producer):
         if client is not None:
             with contextlib.suppress(Exception):
@@ -235,18 +241,24 @@ async def _decide_loop(app: faust.App, rt: Runtime) -> None:
             log.info("documents over %d bytes are too-large (the %s leaves no room for more)", limit, bound)
         rt.parse_limits = s.parse_limits(limit)
     rt.store.limits = rt.sizes
-    consumer = _new_consumer(s, "decide")
+    # at_least_once commits the decided position as the decide group's offset, for lag exporters
+    # (exactly_once's transactions commit it); it is never read back from there
+    consumer = _new_consumer(s, "decide", None if s.exactly_once else s.decide_group)
     rt.consumers.append(consumer)
     await consumer.start()
     tp = TopicPartition(s.index_topic, 0)
     consumer.assign([tp])
     consumer.seek(tp, rt.index_offset + 1)
+    if not s.exactly_once:
+        rt.decided_offsets = DecidedOffsets(consumer, tp)
     log.info("%s[0]: reading from offset %d (first undecided record)", s.index_topic, rt.index_offset + 1)
     messages: list[Any] = []
     while True:
         if not messages:
             fetched = await consumer.getmany(tp, timeout_ms=int(1000 * s.batch_wait) or 1, max_records=s.batch_size)
             messages = fetched.get(tp) or []
+            if rt.decided_offsets is not None:
+                rt.decided_offsets.tick()
             if not messages:
                 continue
         await rt.gate.wait()
@@ -399,5 +411,7 @@ async def _decide_batch(
     # The changelog acks are not on the events' critical path: the next batch is fetched,
     # processed and published meanwhile, and awaits them before its own commit.
     rt.settling = asyncio.ensure_future(store.settle(producer))
+    if rt.decided_offsets is not None:
+        rt.decided_offsets.settled(rt.settling, last_index + 1)
     rt.index_offset = last_index
     rt.decided.update(new_offsets)
