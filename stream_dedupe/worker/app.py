@@ -243,6 +243,8 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
         ready = _ready(app, rt)
         role = "decide" if owns_index(app, rt) else "sign"
         body = {"ready": ready, "role": role, "recovered": _recovered(app), "engine": rt.engine is not None}
+        if rt.stopping:
+            body["stopping"] = True
         body["broker"] = broker_status(rt)  # an outage is reported here, not as "not ready" (docs/worker.md)
         return web.json(body, status=200 if ready else 503)
 
@@ -286,9 +288,15 @@ def _recovered(app: faust.App) -> bool:
 
 
 def _ready(app: faust.App, rt: Runtime) -> bool:
-    """Ready: signing, no rebalance or recovery in progress, and the engine built if this worker decides."""
+    """Ready: not stopping, signing, no rebalance or recovery in progress, the engine built if this worker decides."""
     signing = rt.sign is not None and rt.sign.joined and rt.assigned
-    return rt.fatal is None and signing and _settled(app) and (rt.engine is not None or not owns_index(app, rt))
+    return (
+        rt.fatal is None
+        and not rt.stopping
+        and signing
+        and _settled(app)
+        and (rt.engine is not None or not owns_index(app, rt))
+    )
 
 
 def _settled(app: faust.App) -> bool:

@@ -269,6 +269,7 @@ def run_worker(settings: WorkerSettings) -> None:
 
     def on_first_signal(signal: Any) -> None:
         log.info("stopping (signal %s); exiting within %.0fs at most", signal, timeout)
+        built.runtime.stopping = True  # /readyz 503 at once, before Faust stops anything
         timer = threading.Timer(timeout, _force_exit, args=(timeout,))
         timer.daemon = True
         timer.start()

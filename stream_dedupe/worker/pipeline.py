@@ -94,6 +94,8 @@ class Runtime:
     shard_standby_tried: float = 0.0
     #: at_least_once: reports the decided position to Kafka as the decide group's offset.
     decided_offsets: DecidedOffsets | None = None
+    #: Set by the first stop signal: ``/readyz`` answers 503 from then on (the pod leaves its endpoints).
+    stopping: bool = False
 
 
 def pause_index(app: faust.App, rt: Runtime) -> None:

@@ -165,3 +165,39 @@ def test_risky_existing_topics_start_with_a_warning_that_explains(broker: Broker
     assert f"topic '{names.deduped}' keeps tombstones 1 h after compaction" in log and "misses deletions" in log
     # the broker's default max.message.bytes (1 MiB + 12) is below max_doc_bytes + headers: a warning
     assert f"topic '{names.deduped}' has max.message.bytes=1048588: records of documents near" in log
+
+
+def test_readyz_is_503_from_the_stop_signal_on(broker: Broker, names: Names, workers: Any, tmp_path: Any) -> None:
+    """Kubernetes takes a stopping pod out of its endpoints only when its readiness fails: at once.
+
+    A worker that only signed answered 200 for ~0.3 s after SIGTERM (Faust stops its parts one by one).
+    """
+    import signal
+    import time
+
+    decider = workers(state_dir=tmp_path / "a").start()
+    decider.wait_ready()
+    signer = workers(state_dir=tmp_path / "b").start()
+    signer.wait_ready()
+    deadline = time.monotonic() + 60
+    while orjson.loads(signer.get("/readyz")[1])["role"] != "sign" or signer.get("/readyz")[0] != 200:
+        assert time.monotonic() < deadline, "the second worker never became a ready signer"
+        time.sleep(0.2)
+    for w in (signer, decider):
+        assert w.get("/readyz")[0] == 200
+        assert w.proc is not None
+        w.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.05)  # the signal reaches the event loop
+        answers = []
+        while w.proc.poll() is None:
+            try:
+                status, body = w.get("/readyz", 1.0)
+            except OSError:  # the port closed: the process is on its way out
+                break
+            answers.append(status)
+            if status == 503:
+                assert orjson.loads(body)["stopping"] is True
+            time.sleep(0.02)
+        # (the event loop may be busy closing tables until the port closes: no answer at all then)
+        assert 200 not in answers, answers
+        assert w.proc.wait(40) == 0
