@@ -133,3 +133,28 @@ def test_retention_rules_are_validated() -> None:
         RetentionPolicy.parse(["news"])
     with pytest.raises(ConfigError, match="unit"):
         parse_age("7 weeks")
+
+
+def test_an_expiry_decided_later_deletes_only_what_is_still_that_old() -> None:
+    """The worker's retention: the sweep's cutoff travels with the record; the decision re-checks it."""
+    from stream_dedupe.core.records import parse_timestamp
+    from stream_dedupe.core.retention import RetentionPolicy
+
+    engine = DedupeEngine(DedupeParams(verify="exact"), MemoryStore())
+    engine.process(
+        [
+            doc("old", body(0, 60, 0), source="news", updated_at="2026-11-01T00:00:00Z"),
+            doc("undated", body(1, 60, 0), source="news"),
+            doc("recrawled", body(2, 60, 0), source="news", updated_at="2026-11-01T00:00:00Z"),
+        ]
+    )
+    engine.commit()
+    policy = RetentionPolicy.parse(["news=7d"])
+    cutoff = policy.cutoff_us("news", parse_timestamp("2026-11-15T00:00:00Z"))
+    assert cutoff == parse_timestamp("2026-11-08T00:00:00Z")
+    assert policy.cutoff_us("wiki", parse_timestamp("2026-11-15T00:00:00Z")) is None
+    # between the sweep and the decision: one page re-crawled, one never existed
+    engine.process([doc("recrawled", body(2, 60, 1), source="news", updated_at="2026-11-14T00:00:00Z")])
+    engine.commit()
+    items = [("old", cutoff), ("undated", cutoff), ("recrawled", cutoff), ("never-seen", cutoff)]
+    assert engine.still_expired(items) == [True, False, False, False]

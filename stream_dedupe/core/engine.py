@@ -31,6 +31,7 @@ from stream_dedupe.core.lshindex import LshIndex
 from stream_dedupe.core.rebuild import rebuild_index
 from stream_dedupe.core.records import Deletion, Document, Invalid, ParseLimits, Record, parse_keyed
 from stream_dedupe.core.recrawl import carried_epoch, current, current_recrawls, text_fingerprint
+from stream_dedupe.core.retention import still_expired
 from stream_dedupe.core.sharding.gather import ShardedStore
 from stream_dedupe.core.signer import Signed, Signer
 from stream_dedupe.core.unionfind import ClusterInfo, UnionFind
@@ -284,6 +285,14 @@ class DedupeEngine:
         (:func:`~stream_dedupe.core.recrawl.current_recrawls`).
         """
         return current_recrawls(self.state, docs, removed, self.preparer.epoch)
+
+    def still_expired(self, items: Sequence[tuple[str, int]]) -> list[bool]:
+        """Per ``(doc_id, cutoff_us)``: the committed state holds the document, last updated before the cutoff.
+
+        Between batches (the worker's retention, :mod:`stream_dedupe.worker.retention`): an
+        expiry decided at its turn deletes only a document that is still that old.
+        """
+        return [still_expired(self.state.doc(doc_id), cutoff) for doc_id, cutoff in items]
 
     def cluster_of(self, doc_id: str) -> ClusterInfo | None:
         """The cluster of a known document, or None."""

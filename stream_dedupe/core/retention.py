@@ -61,6 +61,20 @@ class RetentionPolicy:
             ages[source] = parse_age(age)
         return cls(ages)
 
+    def cutoff_us(self, source: str | None, now_us: int) -> int | None:
+        """Documents of ``source`` last updated before this time (us) are expired at ``now_us``; None: never."""
+        limit = self.max_age_us.get(source or "")
+        return None if limit is None else now_us - limit
+
+
+def still_expired(record: DocRecord | None, cutoff_us: int) -> bool:
+    """True if a document's record (None: not in the state) is still older than ``cutoff_us``.
+
+    The worker expires a document by a record it sends ahead of time with the cutoff its sweep
+    used; at its turn the document may have been re-crawled (newer: kept) or deleted (nothing to do).
+    """
+    return record is not None and record.updated_at_us is not None and record.updated_at_us < cutoff_us
+
 
 def expired_ids(store: KVStore, policy: RetentionPolicy, now_us: int, seen: set[str] | None = None) -> Iterator[str]:
     """Ids of the documents of ``store`` that the policy expires at ``now_us``, in id order.

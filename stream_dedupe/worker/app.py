@@ -58,6 +58,7 @@ from stream_dedupe.worker.pipeline import (
     stop_sign_stage,
 )
 from stream_dedupe.worker.produce import start_worker_producer
+from stream_dedupe.worker.retention import CHECK_EVERY_S, RetentionSweeper
 from stream_dedupe.worker.settings import WorkerSettings
 from stream_dedupe.worker.shard_client import ShardUnavailable
 from stream_dedupe.worker.shard_stage import engine_store, pause_shards, shard_tables, steer_shards, stop_shards
@@ -229,6 +230,14 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
 
     app.timer(0.2)(steer)
     app.timer(5.0)(update_gauges)
+    policy = s.retention()
+    if policy is not None:  # documents older than their source's maximum age leave (worker/retention.py)
+        sweeper = RetentionSweeper(policy, s.expire_interval)
+
+        async def expire_old_documents() -> None:
+            await sweeper.tick(rt)
+
+        app.timer(min(s.expire_interval, CHECK_EVERY_S))(expire_old_documents)
 
     @app.page("/metrics")
     async def metrics_view(web: Any, request: Any) -> Any:

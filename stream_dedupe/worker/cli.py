@@ -196,6 +196,17 @@ def worker(
     query_timeout: Annotated[
         float | None, _opt("query_timeout", "Seconds a query may wait for the batch in progress [default: 5].")
     ] = None,
+    max_age: Annotated[
+        str | None,
+        _opt(
+            "max_age",
+            "Retention SOURCE=AGE,SOURCE=AGE (news=7d; =30d: no source): documents updated longer ago "
+            "are deleted [default: never].",
+        ),
+    ] = None,
+    expire_interval: Annotated[
+        float | None, _opt("expire_interval", "Seconds between two retention sweeps (with --max-age) [default: 600].")
+    ] = None,
 ) -> None:
     """Run the Kafka worker: dedupe the input topic into events, a compacted canonical topic and a DLQ."""
     run_worker(settings_from_flags(locals()))

@@ -210,6 +210,11 @@ class WorkerMetrics:
         self.decider = Gauge(
             "stream_dedupe_decider", "1 on the one worker that runs the decide stage (owns the index).", registry=r
         )
+        self.expired = PromCounter(
+            "stream_dedupe_expired_documents",
+            "Documents deleted by the retention policy (--max-age): older than their source's maximum age.",
+            registry=r,
+        )
         self.poison_retries = PromCounter(
             "stream_dedupe_poison_retries",
             "Batches or records whose processing failed with an error blamed on a record, and was retried.",

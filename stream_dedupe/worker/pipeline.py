@@ -36,6 +36,7 @@ from stream_dedupe.worker.outputs import fit_outputs, invalid_letter, poison_fau
 from stream_dedupe.worker.partition import default_partitions
 from stream_dedupe.worker.poison import await_settled, decide_safely
 from stream_dedupe.worker.produce import send_batches
+from stream_dedupe.worker.retention import expiry_deletions, first_run, is_expiry
 from stream_dedupe.worker.settings import WorkerSettings
 from stream_dedupe.worker.shard_stage import call_engine, engine_store
 from stream_dedupe.worker.sign import FETCH_MAX_WAIT_MS, SignStage
@@ -263,6 +264,7 @@ async def _decide_loop(app: faust.App, rt: Runtime) -> None:
                 rt.decided_offsets.tick()
             if not messages:
                 continue
+        run = first_run(messages)  # expiry records are decided in batches of their own
         await rt.gate.wait()
         async with rt.deciding:
             if not rt.gate.is_set() or app.rebalancing or faust_compat.in_recovery(app) or not owns_index(app, rt):
@@ -270,11 +272,11 @@ async def _decide_loop(app: faust.App, rt: Runtime) -> None:
                 # partition (the single writer's role) to another worker: decide nothing meanwhile.
                 rt.gate.clear()
                 continue
-            quiet = [m for m in messages if m.offset < rt.replay_until]
+            quiet = [m for m in run if m.offset < rt.replay_until]
             if quiet:
                 log.warning("deciding %d records again without publishing (their outputs are committed)", len(quiet))
                 await decide_safely(rt, quiet, False, _decide_batch, _reset_engine)
-            loud = messages[len(quiet) :]
+            loud = run[len(quiet) :]
             if loud:
                 await decide_safely(rt, loud, True, _decide_batch, _reset_engine)
         # Records not decided (given up when the gate closed: index shards moving) wait for it to reopen.
@@ -358,6 +360,7 @@ async def _decide_batch(
     origins: list[Origin] = []
     signed: list[Signed | None] = []
     new_offsets: dict[tuple[str, int], int] = {}
+    kept: list[tuple[Any, Origin]] = []
     for m in messages:
         if m.offset <= rt.index_offset:
             continue
@@ -366,9 +369,18 @@ async def _decide_batch(
         if origin.offset <= max(rt.decided.get(tp, -1), new_offsets.get(tp, -1)):
             continue  # decided before a restart (or forwarded twice by route)
         new_offsets[tp] = origin.offset
-        records.append(override or record_of(m, rt.parse_limits))
-        origins.append(origin)
-        signed.append(None if override else signature_of(engine, m))
+        kept.append((m, origin))
+    expiring = override is None and bool(kept) and is_expiry(kept[0][0])  # then all are (first_run)
+    if expiring:
+        for deletion, origin in await expiry_deletions(rt, kept):
+            records.append(deletion)
+            origins.append(origin)
+            signed.append(None)
+    else:
+        for m, origin in kept:
+            records.append(override or record_of(m, rt.parse_limits))
+            origins.append(origin)
+            signed.append(None if override else signature_of(engine, m))
     if override is None:
         poison_fault(records)
     last_index = messages[-1].offset
@@ -417,3 +429,5 @@ async def _decide_batch(
         rt.decided_offsets.settled(rt.settling, last_index + 1)
     rt.index_offset = last_index
     rt.decided.update(new_offsets)
+    if expiring and publish:
+        rt.metrics.expired.inc(len(records))

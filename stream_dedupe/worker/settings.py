@@ -15,6 +15,8 @@ from typing import Any
 
 from stream_dedupe.config import DedupeParams, RuntimeLimits, ShingleSpec
 from stream_dedupe.core.records import ParseLimits
+from stream_dedupe.core.retention import RetentionPolicy
+from stream_dedupe.errors import ConfigError
 from stream_dedupe.worker.errors import WorkerConfigError
 from stream_dedupe.worker.query_config import check_query, parse_bind
 from stream_dedupe.worker.security import PATH_SETTINGS, check_security, client_security, faust_credentials
@@ -118,6 +120,10 @@ class WorkerSettings:
         query_max_docs: Most documents one ``POST /query`` request may carry (a JSON list).
         query_max_inflight: Requests answered or waiting at once; more are refused with 503.
         query_timeout: Seconds a request may wait for the decide stage to finish its batch; 503 past it.
+        max_age: Retention, ``SOURCE=AGE,SOURCE=AGE`` (``news=7d``; ``=30d``: documents without a
+            source): the decider forgets documents whose ``updated_at`` is older, as deletions
+            (:mod:`stream_dedupe.worker.retention`). None (the default): documents never expire.
+        expire_interval: Seconds between two retention sweeps of the state (with ``max_age``).
 
     """
 
@@ -173,6 +179,8 @@ class WorkerSettings:
     query_max_docs: int = 100
     query_max_inflight: int = 16
     query_timeout: float = 5.0
+    max_age: str | None = None
+    expire_interval: float = 600.0
 
     def __post_init__(self) -> None:
         if self.title_guard not in (None, "on", "off"):
@@ -246,6 +254,23 @@ class WorkerSettings:
             ShingleSpec.parse(self.shingle)
         check_security(self)  # protocol, mechanism, credentials, secret and certificate files
         check_query(self)  # address, token file, bounds
+        self.retention()  # max_age's rules
+        if self.expire_interval <= 0:
+            raise WorkerConfigError(f"expire_interval must be positive, got {self.expire_interval}")
+
+    def retention(self) -> RetentionPolicy | None:
+        """The retention policy of ``max_age`` (None: documents never expire).
+
+        Raises:
+            WorkerConfigError: if a rule is not ``SOURCE=AGE`` with an age like ``7d``, or a source repeats.
+
+        """
+        if self.max_age is None or not self.max_age.strip():
+            return None
+        try:
+            return RetentionPolicy.parse([rule.strip() for rule in self.max_age.split(",")])
+        except ConfigError as exc:
+            raise WorkerConfigError(f"max_age: {exc} (set {ENV_PREFIX}MAX_AGE or --max-age)") from exc
 
     @property
     def query_address(self) -> tuple[str, int] | None:
