@@ -107,7 +107,7 @@ def _invalid_summary(counters: Counter[str], first: dict[str, Any] | None, event
     if reasons:
         text += " (" + ", ".join(f"{reason} {n:,}" for reason, n in reasons) + ")"
     if first is not None:
-        where = f"{first.get('source')}:{first.get('line')}" if first.get("line") is not None else "?"
+        where = f"{first.get('file')}:{first.get('line')}" if first.get("line") is not None else "?"
         text += f"; the first at {where}: {first.get('detail')}"
     where_all = f"every one is an `invalid` event in {events}" if events else "pass --events FILE to list them all"
     return f"{text}; {where_all}."

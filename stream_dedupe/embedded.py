@@ -229,7 +229,7 @@ def run(
                 batches = _batches(lines, batch_size, max_doc_bytes, deletions)
             consumed = skip
             for batch, records, signed, text_lines in batches:
-                origins = [{"source": item.source, "line": item.line} for item in batch]
+                origins = [{"file": item.source, "line": item.line} for item in batch]
                 events = engine.process(records, origins, signed, text_lines)
                 _write(events_out, events)
                 for event in events:

@@ -139,7 +139,7 @@ def test_bzip2_and_xz_inputs_are_read_and_zstd_or_zip_are_refused_with_the_fix(t
     sample = Path(__file__).resolve().parents[1] / "examples" / "crawl-sample.jsonl"
     plain_events = tmp_path / "plain.jsonl"
     cli("dedupe", str(sample), "--state", str(tmp_path / "p"), "--events", str(plain_events), "--no-progress")
-    expected = [{k: v for k, v in e.items() if k != "source"} for e in jsonl(plain_events)]
+    expected = [{k: v for k, v in e.items() if k != "file"} for e in jsonl(plain_events)]
     for name, packed in (
         ("c.jsonl.bz2", bz2.compress(sample.read_bytes())),
         ("c.data", lzma.compress(sample.read_bytes())),
@@ -155,7 +155,7 @@ def test_bzip2_and_xz_inputs_are_read_and_zstd_or_zip_are_refused_with_the_fix(t
             str(events),
             "--no-progress",
         )
-        assert [{k: v for k, v in e.items() if k != "source"} for e in jsonl(events)] == expected, name
+        assert [{k: v for k, v in e.items() if k != "file"} for e in jsonl(events)] == expected, name
     for magic, name in ((b"\x28\xb5\x2f\xfd", "zstd"), (b"PK\x03\x04", "zip")):
         path = tmp_path / f"c.{name}"
         path.write_bytes(magic + b"\x00" * 64)

@@ -100,7 +100,7 @@ def test_demo_in_the_image_matches_the_host(built: Path, tmp_path: Path) -> None
     image_events = read_events(built / "events.jsonl")
     input_lines = SAMPLE.read_bytes().count(b"\n")
     assert sum(e["event"] in DOCUMENT_EVENTS for e in image_events) == input_lines
-    assert {e["source"] for e in image_events if e["event"] == "invalid"} == {IMAGE_SAMPLE}
+    assert {e["file"] for e in image_events if e["event"] == "invalid"} == {IMAGE_SAMPLE}
 
     host = [venv_tool("stream-dedupe", "pip install -e .")]
     run = subprocess.run(
@@ -123,8 +123,8 @@ def test_demo_in_the_image_matches_the_host(built: Path, tmp_path: Path) -> None
     assert run.returncode == 0, run.stderr
     host_events = read_events(tmp_path / "events.jsonl")
     for event in host_events + image_events:  # the input's path differs, nothing else may
-        if "source" in event:
-            event["source"] = Path(event["source"]).name
+        if "file" in event:
+            event["file"] = Path(event["file"]).name
     assert image_events == host_events
     assert (built / "deduped.jsonl").read_bytes() == (tmp_path / "deduped.jsonl").read_bytes()
     # The compiled kernels give the pure ones' events in the image too, and numba honoured

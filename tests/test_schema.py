@@ -38,7 +38,7 @@ def test_all_event_kinds_validate(validator: jsonschema.Draft202012Validator) ->
         parse_document(b"{oops", 100),
         parse_document(b'{"id": "r", "deleted": true}', 100),
     ]
-    events = engine.process(records, [{"source": "t", "line": i + 1} for i in range(len(records))])
+    events = engine.process(records, [{"file": "t", "line": i + 1} for i in range(len(records))])
     kinds = {e["event"] for e in events}
     assert kinds == {
         "new",
