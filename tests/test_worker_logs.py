@@ -62,3 +62,57 @@ def test_a_refused_connection_that_aiokafka_retries_is_a_warning_that_says_so() 
     other = logging.LogRecord("aiokafka.client", logging.ERROR, __file__, 1, "Unexpected error: %s", ("x",), None)
     RepeatFilter().filter(other)
     assert other.levelno == logging.ERROR
+
+
+def _captured(filt: RepeatFilter) -> list[str]:
+    """INFO messages of a real mode service's start and stop (as Faust's services log them), through ``filt``."""
+    import asyncio
+
+    from mode import Service
+
+    class Demo(Service):  # type: ignore[misc]
+        pass
+
+    messages: list[str] = []
+
+    class Capture(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    handler = Capture()
+    handler.addFilter(filt)
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+
+        async def main() -> None:
+            service = Demo()
+            await service.start()
+            await service.stop()
+
+        asyncio.run(main())
+        for name, text in (
+            (
+                "faust.tables.recovery",
+                "[^---Recovery]: Still fetching changelog topics for recovery, estimated time remaining 1.2 minutes",
+            ),
+            ("stream_dedupe.worker", "engine ready: 20 documents in state"),
+            ("faust.transport.drivers.aiokafka", "Setting newly assigned partitions\n+Topic Partition Set---+"),
+        ):
+            logging.getLogger(name).info(text)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+    return messages
+
+
+def test_faust_service_steps_are_left_out_unless_debug() -> None:
+    quiet = _captured(RepeatFilter())
+    assert not any(m.endswith(("Starting...", "Stopping...")) for m in quiet), quiet
+    assert not any(m.startswith("Setting newly assigned partitions") for m in quiet)
+    assert any("Still fetching changelog topics" in m for m in quiet)  # recovery progress stays
+    assert "engine ready: 20 documents in state" in quiet
+    verbose = _captured(RepeatFilter(quiet_services=False))
+    assert any(m.endswith("Starting...") for m in verbose) and any(m.endswith("Stopping...") for m in verbose)

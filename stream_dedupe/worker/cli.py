@@ -255,7 +255,7 @@ def run_worker(settings: WorkerSettings) -> None:
     set_zstd_level(settings.compression_level)
     level = settings.log_level.upper()
     logging.basicConfig(level=level, format="[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s")
-    repeats = RepeatFilter()
+    repeats = RepeatFilter(quiet_services=level != "DEBUG")  # Faust's routine service steps at DEBUG only
     for handler in logging.getLogger().handlers:
         handler.addFilter(repeats)
     log = logging.getLogger("stream_dedupe.worker")

@@ -3,10 +3,35 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 #: aiokafka's message when a consumer group's coordinator lookup fails (logged at ERROR, then retried).
 _COORDINATOR_LOOKUP = "Group Coordinator Request failed: %s"
+
+
+#: Faust's, mode's and aiokafka's INFO records of routine steps: each start and stop logged
+#: ~200 lines (every table, store and service "Starting..."/"Stopping...", the subscription and
+#: assignment tables, "opening partition" per table), burying the worker's own lines. Dropped
+#: unless the log level is DEBUG; recovery progress, group membership and every warning stay.
+_SERVICE_CHATTER = re.compile(
+    r"(\[\^[^\]]*\]: )?("
+    r"Starting\.\.\.|Stopping\.\.\.|Cleanup|Creating topic .*|Waiting for .*|Gathering .*|"
+    r"Closing event loop|Flush producer buffer\.\.\.|Wait for streams\.\.\.|Resuming flow\.\.\.|"
+    r"Seek stream partitions .*|Highwater for .*|active offsets at start of reading:.*|"
+    r"Updating subscribed topics to:.*|Subscribed to topic\(s\):.*|Setting newly assigned partitions.*|"
+    r"Revoking previously assigned partitions.*|Executing _on_partitions_assigned|opening partition .*|"
+    r"generation id .*|Closing rocksdb on stop|Consumer shutting down for user cancel\.|Signal received: .*"
+    r")\s*",
+    re.DOTALL,
+)
+
+
+def service_chatter(record: logging.LogRecord) -> bool:
+    """True for an INFO record of Faust's, mode's or aiokafka's routine steps (see :data:`_SERVICE_CHATTER`)."""
+    if record.levelno != logging.INFO or record.name.startswith("stream_dedupe"):
+        return False
+    return _SERVICE_CHATTER.fullmatch(record.getMessage()) is not None
 
 
 class RepeatFilter(logging.Filter):
@@ -15,17 +40,25 @@ class RepeatFilter(logging.Filter):
     While the broker is down, aiokafka logs the same connection error thousands of times a
     second; this keeps the log readable: the first record, then one per interval with the number
     of identical records suppressed in between.
+
+    Args:
+        interval: Seconds between two records of the same template (WARNING and above).
+        quiet_services: Drop Faust's routine service steps (:func:`service_chatter`); False at DEBUG.
+
     """
 
-    def __init__(self, interval: float = 10.0) -> None:
+    def __init__(self, interval: float = 10.0, quiet_services: bool = True) -> None:
         super().__init__()
         self.interval = interval
+        self.quiet_services = quiet_services
         self._seen: dict[tuple[str, str], tuple[float, int]] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
         """See :class:`logging.Filter` (a retried coordinator lookup is softened first: :func:`soften_retried`)."""
         template = str(record.msg)
         soften_retried(record)
+        if self.quiet_services and service_chatter(record):
+            return False
         if record.name.startswith("stream_dedupe") or record.levelno < logging.WARNING:
             return True
         key = (record.name, template)
