@@ -42,7 +42,13 @@ from stream_dedupe.storage.base import NAMESPACES
 from stream_dedupe.worker import faust_compat
 from stream_dedupe.worker.follow import Follower
 from stream_dedupe.worker.memory import bound_tables
-from stream_dedupe.worker.metrics import CONTENT_TYPE, WorkerMetrics, broker_status, refresh_gauges
+from stream_dedupe.worker.metrics import (
+    CONTENT_TYPE,
+    WorkerMetrics,
+    broker_status,
+    refresh_gauges,
+    update_broker_status,
+)
 from stream_dedupe.worker.pipeline import (
     INDEX_OFFSET_KEY,
     INPUT_OFFSET_PREFIX,
@@ -148,6 +154,7 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
     bound_tables({**tables, **{f"shard-{ns}": t for ns, t in shards.items()}}, s.rocksdb_memory_mb)
     store = FaustTableStore(tables, s.state_dir / "journal")
     rt = Runtime(s, WorkerMetrics(), store)
+    rt.app_producer = app.producer  # connected from the app's start, before the stages' own clients
     rt.metrics.index_shards.set(s.index_shards)
     rt.metrics.standby_replicas.set(s.standby_replicas)
     follower = Follower(s, tables) if s.standby_replicas > 0 else None
@@ -241,6 +248,7 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
 
     @app.page("/metrics")
     async def metrics_view(web: Any, request: Any) -> Any:
+        update_broker_status(rt)  # as of this scrape (the gauges' timer runs every 5 s; it started at 0)
         return web.bytes(rt.metrics.render(), content_type=CONTENT_TYPE)
 
     @app.page("/healthz")

@@ -97,6 +97,8 @@ class Runtime:
     decided_offsets: DecidedOffsets | None = None
     #: Set by the first stop signal: ``/readyz`` answers 503 from then on (the pod leaves its endpoints).
     stopping: bool = False
+    #: Faust's own producer (its aiokafka client connects first: the broker gauges read it too).
+    app_producer: Any = None
 
 
 def pause_index(app: faust.App, rt: Runtime) -> None:

@@ -201,3 +201,33 @@ def test_readyz_is_503_from_the_stop_signal_on(broker: Broker, names: Names, wor
         # (the event loop may be busy closing tables until the port closes: no answer at all then)
         assert 200 not in answers, answers
         assert w.proc.wait(40) == 0
+
+
+def test_broker_gauge_stays_connected_through_the_start(broker: Broker, names: Names, workers: Any) -> None:
+    """Once the broker is reached, broker_connected never reads 0 while it stays up (it did for ~2 s).
+
+    The start-up server, then the app's web server, answer /metrics from the process start; an alert
+    or a dashboard reading a 0 there would report an outage that did not happen.
+    """
+    import re
+    import time
+
+    w = workers().start()
+    seen: list[int] = []
+    deadline = time.monotonic() + 60
+    ready_at: float | None = None
+    while ready_at is None or time.monotonic() < ready_at + 3:
+        assert time.monotonic() < deadline, f"not ready: {w.log()[-2000:]}"
+        try:
+            status, body = w.get("/metrics", 1.0)
+            match = re.search(rb"^stream_dedupe_broker_connected (\S+)$", body, re.MULTILINE)
+            if status == 200 and match:
+                seen.append(int(float(match.group(1))))
+            if ready_at is None and w.get("/readyz", 1.0)[0] == 200:
+                ready_at = time.monotonic()
+        except OSError:  # the start-up server hands the port over to the app's
+            pass
+        time.sleep(0.05)
+    assert 1 in seen, seen
+    after_contact = seen[seen.index(1) :]
+    assert 0 not in after_contact, seen
