@@ -100,6 +100,7 @@ def _captured(filt: RepeatFilter) -> list[str]:
             ),
             ("stream_dedupe.worker", "engine ready: 20 documents in state"),
             ("faust.transport.drivers.aiokafka", "Setting newly assigned partitions\n+Topic Partition Set---+"),
+            ("faust.agents.agent", "[^---Agent: stream_dedupe.worker.ap[.]decide]: Starting..."),
         ):
             logging.getLogger(name).info(text)
     finally:
@@ -108,9 +109,32 @@ def _captured(filt: RepeatFilter) -> list[str]:
     return messages
 
 
+def test_an_overlapping_timer_is_not_a_warning() -> None:
+    record = logging.LogRecord(
+        "mode.timers",
+        logging.WARNING,
+        __file__,
+        1,
+        "Timer %s is overlapping (interval=%r runtime=%r)",
+        ("steer", 0.2, 0.22),
+        None,
+    )
+    assert not RepeatFilter().filter(record)  # left out below debug
+    shown = logging.LogRecord(
+        "mode.timers",
+        logging.WARNING,
+        __file__,
+        1,
+        "Timer %s is overlapping (interval=%r runtime=%r)",
+        ("steer", 0.2, 0.22),
+        None,
+    )
+    assert RepeatFilter(quiet_services=False).filter(shown) and shown.levelno == logging.INFO
+
+
 def test_faust_service_steps_are_left_out_unless_debug() -> None:
     quiet = _captured(RepeatFilter())
-    assert not any(m.endswith(("Starting...", "Stopping...")) for m in quiet), quiet
+    assert not any(m.endswith(("Starting...", "Stopping...")) for m in quiet), quiet  # the agent's too
     assert not any(m.startswith("Setting newly assigned partitions") for m in quiet)
     assert any("Still fetching changelog topics" in m for m in quiet)  # recovery progress stays
     assert "engine ready: 20 documents in state" in quiet

@@ -6,6 +6,10 @@ import logging
 import re
 import time
 
+#: mode's warning when a timer's callback ran longer than its interval: the worker's timers are
+#: coroutines awaited before the next run (the steering timer builds the engine at start), so
+#: an overlap delays the next run and is not a problem worth a warning.
+_TIMER_OVERLAP = "Timer %s is overlapping (interval=%r runtime=%r)"
 #: aiokafka's message when a consumer group's coordinator lookup fails (logged at ERROR, then retried).
 _COORDINATOR_LOOKUP = "Group Coordinator Request failed: %s"
 
@@ -15,13 +19,14 @@ _COORDINATOR_LOOKUP = "Group Coordinator Request failed: %s"
 #: assignment tables, "opening partition" per table), burying the worker's own lines. Dropped
 #: unless the log level is DEBUG; recovery progress, group membership and every warning stay.
 _SERVICE_CHATTER = re.compile(
-    r"(\[\^[^\]]*\]: )?("
+    r"(\[\^.*?\]: )?("
     r"Starting\.\.\.|Stopping\.\.\.|Cleanup|Creating topic .*|Waiting for .*|Gathering .*|"
     r"Closing event loop|Flush producer buffer\.\.\.|Wait for streams\.\.\.|Resuming flow\.\.\.|"
     r"Seek stream partitions .*|Highwater for .*|active offsets at start of reading:.*|"
     r"Updating subscribed topics to:.*|Subscribed to topic\(s\):.*|Setting newly assigned partitions.*|"
     r"Revoking previously assigned partitions.*|Executing _on_partitions_assigned|opening partition .*|"
-    r"generation id .*|Closing rocksdb on stop|Consumer shutting down for user cancel\.|Signal received: .*"
+    r"generation id .*|Closing rocksdb on stop|Consumer shutting down for user cancel\.|Signal received: .*|"
+    r"Timer .* is overlapping .*"
     r")\s*",
     re.DOTALL,
 )
@@ -99,7 +104,9 @@ def soften_retried(record: logging.LogRecord) -> None:
     each at ERROR and retries, so a worker started beside a new broker looked broken. The same
     for a connection refused while a broker restarts.
     """
-    if _retried_coordinator_lookup(record):
+    if record.msg == _TIMER_OVERLAP and record.levelno == logging.WARNING:
+        record.levelno, record.levelname = logging.INFO, "INFO"  # the worker's timers await, they never pile up
+    elif _retried_coordinator_lookup(record):
         record.levelno, record.levelname = logging.WARNING, "WARNING"
         record.msg = _COORDINATOR_LOOKUP + " (retried: the broker is down, or still electing the group's coordinator)"
     elif record.levelno == logging.ERROR and record.msg in _RETRIED_CONNECTS:
