@@ -37,8 +37,11 @@ def test_worker_max_age_is_validated() -> None:
         WorkerSettings(max_age="news=7 days")
     with pytest.raises(WorkerConfigError, match="two retention rules"):
         WorkerSettings(max_age="news=7d,news=1d")
-    with pytest.raises(WorkerConfigError, match="expire_interval"):
-        WorkerSettings(max_age="news=7d", expire_interval=0)
+    for interval in (0, 0.5, float("nan"), float("inf"), 31 * 86400):
+        with pytest.raises(WorkerConfigError, match="expire_interval"):
+            WorkerSettings(max_age="news=7d", expire_interval=interval)
+    spaced = WorkerSettings(max_age=" news = 7d , = 30d").retention()
+    assert spaced is not None and set(spaced.max_age_us) == {"news", ""}  # not "news "
 
 
 class RecordingProducer:

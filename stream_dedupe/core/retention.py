@@ -54,6 +54,7 @@ class RetentionPolicy:
         ages: dict[str, int] = {}
         for rule in rules:
             source, sep, age = rule.partition("=")
+            source = source.strip()  # "news = 7d" means news: no crawler names a source with spaces around it
             if not sep:
                 raise ConfigError(f"cannot parse retention rule {rule!r}: use SOURCE=AGE, e.g. news=7d")
             if source in ages:

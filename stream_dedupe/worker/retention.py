@@ -105,6 +105,12 @@ class RetentionSweeper:
         #: The last sweep stopped at ``limit``: the next one is due once its records are decided.
         self.more = False
         self._running = False
+        self._warned = False
+        rules = ", ".join(
+            f"{source or '(no source)'}: {age_us / 86_400_000_000:g} days"
+            for source, age_us in policy.max_age_us.items()
+        )
+        log.info("retention: %s; a sweep every %.0fs", rules, interval)
 
     async def tick(self, rt: Any) -> int:
         """Sweep if one is due, this worker decides and the last sweep's records are decided; returns records sent.
@@ -130,16 +136,29 @@ class RetentionSweeper:
     async def _sweep(self, rt: Any) -> int:
         started, now_us = time.monotonic(), int(time.time() * 1_000_000)
         expired: list[tuple[bytes, int]] = []
+        seen: set[str] = set()
+        scanned = 0
         for i, (key, raw) in enumerate(rt.store.scan("docs")):
+            scanned = i + 1
             if i % _SCAN_SLICE == _SCAN_SLICE - 1:
                 await asyncio.sleep(0)  # a sweep of millions of records must not stall the stream
             record = DocRecord.decode(raw)
             cutoff = self.policy.cutoff_us(record.source, now_us)
+            if cutoff is not None:
+                seen.add(record.source or "")
             if cutoff is not None and record.updated_at_us is not None and record.updated_at_us < cutoff:
                 expired.append((key, cutoff))
                 if len(expired) >= self.limit:
                     break
         self.more = len(expired) >= self.limit
+        if scanned and not self.more and not self._warned:  # a whole scan: say which rules match nothing
+            self._warned = True
+            for source in sorted(set(self.policy.max_age_us) - seen):
+                log.warning(
+                    "retention: no document of the state has source %r, so its rule expires nothing "
+                    "(sources are case-sensitive; `stream-dedupe stats --state DIR --by-source` lists them)",
+                    source,
+                )
         if rt.engine is None or not rt.gate.is_set():
             return 0  # the index partition moved during the scan: the new decider sweeps
         if not expired:

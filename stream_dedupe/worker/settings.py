@@ -255,8 +255,11 @@ class WorkerSettings:
         check_security(self)  # protocol, mechanism, credentials, secret and certificate files
         check_query(self)  # address, token file, bounds
         self.retention()  # max_age's rules
-        if self.expire_interval <= 0:
-            raise WorkerConfigError(f"expire_interval must be positive, got {self.expire_interval}")
+        if not 1 <= self.expire_interval <= 30 * 86400:  # also refuses nan and inf
+            raise WorkerConfigError(
+                f"expire_interval must be between 1 and 2592000 seconds (30 days), got {self.expire_interval} "
+                f"(set {ENV_PREFIX}EXPIRE_INTERVAL or --expire-interval)"
+            )
 
     def retention(self) -> RetentionPolicy | None:
         """The retention policy of ``max_age`` (None: documents never expire).

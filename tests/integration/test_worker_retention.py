@@ -69,7 +69,7 @@ def test_old_documents_expire_by_source_and_fresh_ones_stay(
         ("plain-new", page("plain-new", 6, None, 10)),
         ("news-kept", page("news-kept", 7, "news", 0.2)),  # a stale expiry record names it below
     ]
-    extra = ["--max-age", "news=1d, =30d", "--expire-interval", "1", "--processing-guarantee", guarantee]
+    extra = ["--max-age", "news = 1d, =30d,blog=1d", "--expire-interval", "1", "--processing-guarantee", guarantee]
     w = workers(extra=extra).start()
     w.wait_ready()
     produce(broker.bootstrap, names.input, [(k.encode(), v) for k, v in docs])
@@ -112,6 +112,8 @@ def test_old_documents_expire_by_source_and_fresh_ones_stay(
     )
     assert w.stop() == 0
     assert "retention sweep" in w.log()
+    assert "retention: news: 1 days, (no source): 30 days, blog: 1 days; a sweep every 1s" in w.log()
+    assert "no document of the state has source 'blog', so its rule expires nothing" in w.log()
 
 
 def test_bad_max_age_is_refused_at_start(names: Names, workers: Any) -> None:
