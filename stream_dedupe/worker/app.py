@@ -64,6 +64,7 @@ from stream_dedupe.worker.pipeline import (
     stop_sign_stage,
 )
 from stream_dedupe.worker.produce import start_worker_producer
+from stream_dedupe.worker.replay import plausible_replay, published_until
 from stream_dedupe.worker.retention import CHECK_EVERY_S, RetentionSweeper
 from stream_dedupe.worker.settings import WorkerSettings
 from stream_dedupe.worker.shard_client import ShardUnavailable
@@ -362,6 +363,8 @@ async def _ensure_engine(app: faust.App, rt: Runtime, event: Any) -> None:
             elif key.startswith(INPUT_OFFSET_PREFIX):
                 topic, _, partition = key[len(INPUT_OFFSET_PREFIX) :].decode().rpartition(":")
                 rt.decided[(topic, int(partition))] = int(value)
+        if rt.settings.exactly_once:
+            rt.replay_until = plausible_replay(rt.settings, rt.replay_until, rt.index_offset)
         _warm_up(engine)
         rt.engine = engine
         gc.freeze()  # start-up objects (Faust, the LSH index rebuilt from state) out of the GC's scans
@@ -376,25 +379,6 @@ async def _ensure_engine(app: faust.App, rt: Runtime, event: Any) -> None:
             rt.settings.processing_guarantee,
             time.monotonic() - rt.started_at,
         )
-
-
-async def published_until(settings: WorkerSettings) -> int:
-    """exactly_once: the decide group's committed offset on the index topic (-1 if none)."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-untyped]
-
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap,
-        group_id=settings.decide_group,
-        enable_auto_commit=False,
-        client_id=f"{settings.app_id}-decide-offsets",
-        **settings.kafka_security(),
-    )
-    await consumer.start()
-    try:
-        committed = await consumer.committed(TopicPartition(settings.index_topic, 0))
-    finally:
-        await consumer.stop()
-    return -1 if committed is None else int(committed)
 
 
 def _warm_up(engine: DedupeEngine) -> None:

@@ -81,3 +81,38 @@ def test_decide_and_sign_groups_commit_what_was_decided(broker: Broker, names: N
     assert sorted(e["id"] for e in events) == sorted(f"d{i}" for i in range(65))  # none decided twice
     (third_end,) = wait_caught_up(broker.bootstrap, decide_group, index)
     assert third_end >= second_end + 5
+
+
+def test_exactly_once_ignores_a_decide_group_reset_by_hand(broker: Broker, names: Names, workers: Any) -> None:
+    """An operator's ``--reset-offsets --to-latest`` on the decide group must not drop outputs.
+
+    exactly_once reads the group's offset at start (records below it were published by a
+    transaction whose state was not written: decided again without publishing). A crash leaves it
+    at most one batch ahead of the state; further ahead it was moved by hand, and trusting it lost
+    every record in between (958 in an outside walk-through). It is ignored, with an error.
+    """
+    from confluent_kafka import Producer
+
+    index, decide_group = f"{names.app_id}-index", f"{names.app_id}-decide"
+    w = workers(extra=["--processing-guarantee", "exactly_once"]).start()
+    w.wait_ready()
+    produce(broker.bootstrap, names.input, [(f"d{i}".encode(), doc(i)) for i in range(10)])
+    consume(broker.bootstrap, names.events, until=n_document_events(10), timeout=90, isolation="read_committed")
+    assert w.stop() == 0
+
+    # 600 records wait in the index (more than one batch of 500), and the group is moved past them
+    backlog = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(10, 610):
+        backlog.produce(index, key=f"d{i}".encode(), value=doc(i))
+    assert backlog.flush(10) == 0
+    (end,) = group_lag(broker.bootstrap, decide_group, index)[1]
+    set_offset(broker.bootstrap, decide_group, index, end)
+
+    w.start()
+    w.wait_ready()
+    events = document_events(
+        consume(broker.bootstrap, names.events, until=n_document_events(610), timeout=120, isolation="read_committed")
+    )
+    assert sorted(e["id"] for e in events) == sorted(f"d{i}" for i in range(610))  # every one published, once
+    assert "it was moved by hand; ignoring it" in w.log()
+    assert "without publishing" not in w.log()
