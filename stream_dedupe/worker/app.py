@@ -211,7 +211,7 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
 
     async def steer() -> None:
         """Start the sign stage; build the engine and open the decide gate when this worker may decide."""
-        if rt.fatal is not None:
+        if rt.fatal is not None or rt.stopping:  # stopping: the sign stage was stopped on purpose
             return
         if rt.sign_task is None:
             producer = await start_worker_producer(s, "sign")

@@ -245,6 +245,7 @@ def run_worker(settings: WorkerSettings) -> None:
     from stream_dedupe.worker.app import create_app
     from stream_dedupe.worker.faust_compat import worker_class
     from stream_dedupe.worker.follow import catch_up
+    from stream_dedupe.worker.pipeline import stop_sign_stage
     from stream_dedupe.worker.security import describe
     from stream_dedupe.worker.startup_web import serving_while_starting
     from stream_dedupe.worker.topics import prepare_worker_topics
@@ -278,9 +279,14 @@ def run_worker(settings: WorkerSettings) -> None:
     gc.set_threshold(50_000, 20, 100)
     timeout = settings.shutdown_timeout
 
+    stopping: list[asyncio.Task[None]] = []  # held until the process exits
+
     def on_first_signal(signal: Any) -> None:
         log.info("stopping (signal %s); exiting within %.0fs at most", signal, timeout)
         built.runtime.stopping = True  # /readyz 503 at once, before Faust stops anything
+        # The sign stage first: it commits what it forwarded and leaves its group now, so the
+        # other workers take its input partitions at once (it left when its session expired).
+        stopping.append(loop.create_task(stop_sign_stage(built.runtime)))
         timer = threading.Timer(timeout, _force_exit, args=(timeout,))
         timer.daemon = True
         timer.start()

@@ -116,3 +116,44 @@ def test_exactly_once_ignores_a_decide_group_reset_by_hand(broker: Broker, names
     assert sorted(e["id"] for e in events) == sorted(f"d{i}" for i in range(610))  # every one published, once
     assert "it was moved by hand; ignoring it" in w.log()
     assert "without publishing" not in w.log()
+
+
+def sign_members(bootstrap: str, group: str) -> int:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    (future,) = admin.describe_consumer_groups([group], request_timeout=10).values()
+    return len(future.result(timeout=10).members)
+
+
+def test_a_stopping_worker_leaves_the_sign_group_at_once(
+    broker: Broker, names: Names, workers: Any, tmp_path: Any
+) -> None:
+    """A rolling update must not leave input partitions unsigned for a session timeout per pod.
+
+    The sign stage's consumer left ``<app_id>-sign`` only when its session expired (~6 s): the
+    process exited before the stage's consumer said goodbye.
+    """
+    import signal
+
+    first = workers(state_dir=tmp_path / "a").start()
+    first.wait_ready()
+    second = workers(state_dir=tmp_path / "b").start()
+    second.wait_ready()
+    group = f"{names.app_id}-sign"
+    deadline = time.monotonic() + 60
+    while sign_members(broker.bootstrap, group) != 2:
+        assert time.monotonic() < deadline, "both workers never joined the sign group"
+        time.sleep(0.3)
+    assert second.proc is not None
+    second.proc.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    while sign_members(broker.bootstrap, group) != 1:
+        assert time.monotonic() - signalled < 30, "the stopped worker never left the sign group"
+        time.sleep(0.1)
+    left_after = time.monotonic() - signalled
+    assert second.proc.wait(40) == 0
+    assert left_after < 3.0, f"left the sign group {left_after:.1f}s after SIGTERM (session timeout: 6 s)"
+    # the survivor signs every partition: records sent now are decided
+    produce(broker.bootstrap, names.input, [(f"d{i}".encode(), doc(i)) for i in range(30)])
+    consume(broker.bootstrap, names.events, until=n_document_events(30), timeout=60)
