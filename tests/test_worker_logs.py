@@ -109,26 +109,21 @@ def _captured(filt: RepeatFilter) -> list[str]:
     return messages
 
 
+def _overlap() -> logging.LogRecord:
+    return logging.LogRecord(
+        "mode.timers",
+        logging.WARNING,
+        __file__,
+        1,
+        "Timer %s is overlapping (interval=%r runtime=%r)",
+        ("steer", 0.2, 0.22),
+        None,
+    )
+
+
 def test_an_overlapping_timer_is_not_a_warning() -> None:
-    record = logging.LogRecord(
-        "mode.timers",
-        logging.WARNING,
-        __file__,
-        1,
-        "Timer %s is overlapping (interval=%r runtime=%r)",
-        ("steer", 0.2, 0.22),
-        None,
-    )
-    assert not RepeatFilter().filter(record)  # left out below debug
-    shown = logging.LogRecord(
-        "mode.timers",
-        logging.WARNING,
-        __file__,
-        1,
-        "Timer %s is overlapping (interval=%r runtime=%r)",
-        ("steer", 0.2, 0.22),
-        None,
-    )
+    assert not RepeatFilter().filter(_overlap())  # left out below debug
+    shown = _overlap()
     assert RepeatFilter(quiet_services=False).filter(shown) and shown.levelno == logging.INFO
 
 

@@ -33,9 +33,8 @@ from stream_dedupe.worker.faults import fault_point
 from stream_dedupe.worker.index_records import Origin, origin_of, record_of, signature_of
 from stream_dedupe.worker.metrics import WorkerMetrics
 from stream_dedupe.worker.outputs import fit_outputs, invalid_letter, poison_fault, short_key
-from stream_dedupe.worker.partition import default_partitions
 from stream_dedupe.worker.poison import await_settled, decide_safely
-from stream_dedupe.worker.produce import send_batches
+from stream_dedupe.worker.publish import publish_outputs, publish_transaction
 from stream_dedupe.worker.retention import expiry_deletions, first_run, is_expiry
 from stream_dedupe.worker.settings import WorkerSettings
 from stream_dedupe.worker.shard_stage import call_engine, engine_store
@@ -296,58 +295,6 @@ async def _reset_engine(rt: Runtime) -> None:
     rt.metrics.restart_counters()
 
 
-async def _partitions(rt: Runtime, topic: str) -> list[int]:
-    parts = rt.partitions.get(topic)
-    if parts is None:
-        parts = rt.partitions[topic] = sorted(await rt.producer.partitions_for(topic))
-    return parts
-
-
-async def _publish(
-    rt: Runtime, outputs: list[tuple[str, bytes | None, bytes | None, Any]], producer: Any = None
-) -> list[Any]:
-    """Send ``(topic, key, value, headers)`` records as whole producer batches, one per partition.
-
-    Partitions are chosen as ``producer.send`` does (aiokafka's default partitioner: murmur2 of
-    the key, here for the whole batch at once: :mod:`~stream_dedupe.worker.partition`), so keys
-    land where they always did; order is kept within each partition.
-    """
-    grouped: dict[tuple[str, int], tuple[list[tuple[bytes | None, bytes | None]], list[Any]]] = {}
-    for topic in dict.fromkeys(output[0] for output in outputs):
-        rows = [output for output in outputs if output[0] == topic]
-        chosen = default_partitions([key for _, key, _, _ in rows], await _partitions(rt, topic))
-        for (_, key, value, headers), partition in zip(rows, chosen, strict=True):
-            records, hs = grouped.setdefault((topic, partition), ([], []))
-            records.append((key, value))
-            hs.append(headers)
-    futures: list[Any] = []
-    for (topic, partition), (records, hs) in grouped.items():
-        futures.extend(f for f, _ in await send_batches(producer or rt.producer, topic, partition, records, hs))
-    return futures
-
-
-async def _publish_transaction(rt: Runtime, outputs: list[Any], last_index: int) -> None:
-    """exactly_once: publish the outputs and the index position in one Kafka transaction.
-
-    The position is committed as the decide group's offset on the index topic, so after a crash
-    the records up to it are known to be published (see :data:`Runtime.replay_until`).
-    """
-    from aiokafka import TopicPartition
-
-    producer, s = rt.txn_producer, rt.settings
-    await producer.begin_transaction()
-    try:
-        for future in await _publish(rt, outputs, producer):
-            await future
-        await producer.send_offsets_to_transaction({TopicPartition(s.index_topic, 0): last_index + 1}, s.decide_group)
-        fault_point("before-commit")
-        await producer.commit_transaction()
-    except BaseException:  # cancelled, or an error: the next attempt starts a new transaction
-        with contextlib.suppress(Exception):
-            await producer.abort_transaction()
-        raise
-
-
 async def _decide_batch(
     rt: Runtime, messages: list[Any], publish: bool = True, override: Invalid | None = None
 ) -> None:
@@ -410,10 +357,10 @@ async def _decide_batch(
         outputs = fit_outputs(s, rt.sizes, rt.metrics, outputs)
         if publish:
             if s.exactly_once:
-                await _publish_transaction(rt, outputs, last_index)
+                await publish_transaction(rt, outputs, last_index)
                 fault_point("after-publish")
             else:
-                for future in await _publish(rt, outputs):
+                for future in await publish_outputs(rt, outputs):
                     await future  # every output acknowledged before the state records the decision
             now = time.time()
             for origin in origins:
