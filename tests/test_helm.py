@@ -437,6 +437,10 @@ def test_worker_accepts_the_rendered_settings(name: str, tmp_path: Path) -> None
         env[var] = value
     settings = WorkerSettings.load(env)
     assert str(settings.state_dir) == STATE_DIR and settings.web_port == 6066 and settings.web_host == "0.0.0.0"
+    if "exactly-once" in name:  # a retention policy passes through the ConfigMap as the worker parses it
+        policy = settings.retention()
+        assert policy is not None and policy.max_age_us == {"news": 14 * 86_400_000_000, "": 365 * 86_400_000_000}
+        assert settings.expire_interval == 3600
     assert settings.input_partitions == int(env["STREAM_DEDUPE_INPUT_PARTITIONS"])
 
 
