@@ -13,7 +13,7 @@ import argparse
 import statistics
 import time
 
-from stream_dedupe.core.retention import RetentionPolicy
+from stream_dedupe.core.retention import RetentionPolicy, expired_at
 from stream_dedupe.storage.docrecord import DocRecord
 from stream_dedupe.storage.rocks import RocksStore
 
@@ -26,7 +26,7 @@ def scan_once(store: RocksStore, policy: RetentionPolicy, now_us: int) -> tuple[
         record = DocRecord.decode(raw)
         n += 1
         cutoff = policy.cutoff_us(record.source, now_us)
-        if cutoff is not None and record.updated_at_us is not None and record.updated_at_us < cutoff:
+        if cutoff is not None and expired_at(record, cutoff):
             expired += 1
     return n, expired, time.process_time() - started
 

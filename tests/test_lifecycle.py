@@ -158,3 +158,37 @@ def test_an_expiry_decided_later_deletes_only_what_is_still_that_old() -> None:
     engine.commit()
     items = [("old", cutoff), ("undated", cutoff), ("recrawled", cutoff), ("never-seen", cutoff)]
     assert engine.still_expired(items) == [True, False, False, False]
+
+
+def test_an_unchanged_recrawl_keeps_a_page_current_for_retention() -> None:
+    """A page the crawler still fetches is not expired because its text did not change."""
+    from stream_dedupe.core.records import parse_timestamp
+    from stream_dedupe.core.retention import RetentionPolicy, expired_ids
+
+    store = MemoryStore()
+    engine = DedupeEngine(DedupeParams(verify="exact"), store)
+    text = body(0, 60, 0)
+    first = engine.process([doc("page", text, source="news", updated_at="2026-11-01T00:00:00Z")])
+    engine.commit()
+    events = engine.process([doc("page", text, source="news", updated_at="2026-11-14T00:00:00Z")])
+    engine.commit()
+    assert [e["event"] for e in events] == ["unchanged"]
+    record = StateView(store).doc("page")
+    assert record is not None
+    # the content's updated_at stays (it orders canonicals); the re-crawl's is the age retention reads
+    assert record.updated_at_us == parse_timestamp("2026-11-01T00:00:00Z")
+    assert record.seen_at_us == parse_timestamp("2026-11-14T00:00:00Z")
+    policy = RetentionPolicy.parse(["news=7d"])
+    assert list(expired_ids(store, policy, parse_timestamp("2026-11-15T00:00:00Z"))) == []
+    assert list(expired_ids(store, policy, parse_timestamp("2026-11-22T00:00:00Z"))) == ["page"]
+    # an older (or undated) re-crawl moves nothing back; a changed text starts a new record
+    engine.process(
+        [doc("page", text, source="news", updated_at="2026-11-02T00:00:00Z"), doc("page", text, source="news")]
+    )
+    engine.commit()
+    again = StateView(store).doc("page")
+    assert again is not None and again.seen_at_us == record.seen_at_us
+    engine.process([doc("page", body(1, 60, 0), source="news", updated_at="2026-11-20T00:00:00Z")])
+    engine.commit()
+    changed = StateView(store).doc("page")
+    assert changed is not None and changed.seen_at_us is None and first[0]["event"] == "new"

@@ -75,6 +75,22 @@ def test_a_version_4_record_reads_back_and_as_its_version_3_record(covered: tupl
         assert encoded == raw
 
 
+def test_a_version_5_record_carries_the_seen_time_and_reads_as_its_version_4_record() -> None:
+    full = DocRecord(b"\x01" * 16, 120, 5, 20, True, "src", None, None, "abcd", b"\x02" * 8, 7, 99)
+    raw = full.encode()
+    assert orjson.loads(raw)[0] == 5 and DocRecord.decode(raw) == full and full.age_from_us == 99
+    # an older release's decoder (version 4: fields 0-11) reads the same record without the seen time
+    fields = orjson.loads(raw)
+    assert DocRecord.decode(orjson.dumps([4, *fields[1:12]])) == DocRecord(
+        b"\x01" * 16, 120, 5, 20, True, "src", None, None, "abcd", b"\x02" * 8, 7
+    )
+    assert _decode_as_version_3(raw) == DocRecord(b"\x01" * 16, 120, 5, 20, True, "src", None, None, "abcd")
+    # no fingerprint: no seen time stored (a version 3 record)
+    assert orjson.loads(DocRecord(b"\x01" * 16, 120, 5, 20, True, seen_at_us=99).encode())[0] == 3
+    assert DocRecord(b"\x01" * 16, 120, None, 20, True, seen_at_us=7).age_from_us == 7
+    assert DocRecord(b"\x01" * 16, 120, 9, 20, True, seen_at_us=7).age_from_us == 9
+
+
 def _decode_as_version_3(raw: bytes) -> DocRecord:
     """What the decoder of the release before version 4 made of a record (copied from it)."""
     fields = orjson.loads(raw)

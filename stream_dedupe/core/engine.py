@@ -31,7 +31,7 @@ from stream_dedupe.core.lshindex import LshIndex
 from stream_dedupe.core.rebuild import rebuild_index
 from stream_dedupe.core.records import Deletion, Document, Invalid, ParseLimits, Record, parse_keyed
 from stream_dedupe.core.recrawl import carried_epoch, current, current_recrawls, text_fingerprint
-from stream_dedupe.core.retention import still_expired
+from stream_dedupe.core.retention import later, still_expired
 from stream_dedupe.core.sharding.gather import ShardedStore
 from stream_dedupe.core.signer import Signed, Signer
 from stream_dedupe.core.unionfind import ClusterInfo, UnionFind
@@ -314,9 +314,16 @@ class DedupeEngine:
         self.counters["documents"] += 1
         if prior is not None and prior.content_hash == item.content_hash:
             self.counters["unchanged"] += 1
+            record = prior
             if item.fingerprint is not None and not current(prior, item.fingerprint, item.epoch):
                 # read in full, and its text gives the stored key: the next re-crawl need not read it
-                state.put_doc(doc.doc_id, dataclasses.replace(prior, fingerprint=item.fingerprint, epoch=item.epoch))
+                record = dataclasses.replace(record, fingerprint=item.fingerprint, epoch=item.epoch)
+            if later(doc.updated_at_us, record.age_from_us) and record.fingerprint is not None:
+                # still current as of this crawl: retention measures its age from here (the
+                # content's updated_at, which orders canonicals, stays)
+                record = dataclasses.replace(record, seen_at_us=doc.updated_at_us)
+            if record is not prior:
+                state.put_doc(doc.doc_id, record)
             return [
                 ev.document_event(
                     "unchanged", doc.doc_id, self.uf.cluster_of(doc.doc_id), representative=prior.covered_by

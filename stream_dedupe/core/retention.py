@@ -68,13 +68,24 @@ class RetentionPolicy:
         return None if limit is None else now_us - limit
 
 
+def later(reported_us: int | None, known_us: int | None) -> bool:
+    """True if a re-crawl's ``updated_at`` moves a document's age forward (it has one, and it is newer)."""
+    return reported_us is not None and (known_us is None or reported_us > known_us)
+
+
+def expired_at(record: DocRecord, cutoff_us: int) -> bool:
+    """True if a document last known current before ``cutoff_us`` (:attr:`DocRecord.age_from_us`); undated: never."""
+    age_from = record.age_from_us
+    return age_from is not None and age_from < cutoff_us
+
+
 def still_expired(record: DocRecord | None, cutoff_us: int) -> bool:
     """True if a document's record (None: not in the state) is still older than ``cutoff_us``.
 
     The worker expires a document by a record it sends ahead of time with the cutoff its sweep
     used; at its turn the document may have been re-crawled (newer: kept) or deleted (nothing to do).
     """
-    return record is not None and record.updated_at_us is not None and record.updated_at_us < cutoff_us
+    return record is not None and expired_at(record, cutoff_us)
 
 
 def expired_ids(store: KVStore, policy: RetentionPolicy, now_us: int, seen: set[str] | None = None) -> Iterator[str]:
@@ -88,5 +99,5 @@ def expired_ids(store: KVStore, policy: RetentionPolicy, now_us: int, seen: set[
         limit = policy.max_age_us.get(record.source or "")
         if seen is not None and limit is not None:
             seen.add(record.source or "")
-        if limit is not None and record.updated_at_us is not None and record.updated_at_us < now_us - limit:
+        if limit is not None and expired_at(record, now_us - limit):
             yield key.decode("utf-8")

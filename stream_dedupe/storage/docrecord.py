@@ -53,6 +53,10 @@ class DocRecord:
             fingerprint, what lets an unchanged re-crawl be recognized without reading its text
             again (:mod:`~stream_dedupe.core.recrawl`); :data:`COUNTED` for a text counted when
             first decided, :data:`STALE` for one that must be read again.
+        seen_at_us: The latest ``updated_at`` an unchanged re-crawl reported, when later than
+            ``updated_at_us`` (None: none did). The record keeps the content's ``updated_at``
+            (the canonical order reads it); retention measures a document's age from the later
+            of the two (:attr:`age_from_us`).
 
     """
 
@@ -67,6 +71,14 @@ class DocRecord:
     title_key: str | None = None
     fingerprint: bytes | None = None
     epoch: int = 0
+    seen_at_us: int | None = None
+
+    @property
+    def age_from_us(self) -> int | None:
+        """When the document was last known current: ``updated_at``, or a later unchanged re-crawl's."""
+        if self.seen_at_us is None:
+            return self.updated_at_us
+        return self.seen_at_us if self.updated_at_us is None else max(self.updated_at_us, self.seen_at_us)
 
     @property
     def representative(self) -> bool:
@@ -87,6 +99,7 @@ class DocRecord:
             self.title_key,
             self.fingerprint,
             self.epoch,
+            self.seen_at_us,
         )
 
     def encode(self) -> bytes:
@@ -95,13 +108,18 @@ class DocRecord:
         Version 2 added ``source``, version 3 ``title_key`` and the cover fields (present only
         when covered), version 4 the fingerprint and epoch after the cover fields, which it
         always writes (null for a representative): an older release reads a version 4 record
-        as the version 3 record it contains. A record without a fingerprint is version 3.
+        as the version 3 record it contains. A record without a fingerprint is version 3. Version
+        5 appends ``seen_at_us`` to version 4 (only a record with a fingerprint carries it): an
+        older release reads it as the version 4 record it contains.
         """
-        version = 3 if self.fingerprint is None else 4
+        seen = self.seen_at_us is not None and self.fingerprint is not None
+        version = 5 if seen else 3 if self.fingerprint is None else 4
         fields: list[Any] = [version, self.content_hash.hex(), self.length, self.updated_at_us, self.tokens]
         fields += [self.indexed, self.source, self.title_key]
         if self.fingerprint is not None:
             fields += [self.covered_by, self.covered_similarity, self.fingerprint.hex(), self.epoch]
+            if seen:
+                fields.append(self.seen_at_us)
         elif self.covered_by is not None:
             fields += [self.covered_by, self.covered_similarity]
         return dumps(fields)
@@ -155,6 +173,7 @@ class DocRecord:
             title_key=title_key,
             fingerprint=fingerprint,
             epoch=epoch,
+            seen_at_us=fields[12] if version >= 5 else None,
         )
 
 

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from stream_dedupe.core.records import Deletion
-from stream_dedupe.core.retention import RetentionPolicy
+from stream_dedupe.core.retention import RetentionPolicy, expired_at
 from stream_dedupe.storage.docrecord import DocRecord
 from stream_dedupe.worker.produce import send_batches
 from stream_dedupe.worker.shard_stage import call_engine
@@ -146,7 +146,7 @@ class RetentionSweeper:
             cutoff = self.policy.cutoff_us(record.source, now_us)
             if cutoff is not None:
                 seen.add(record.source or "")
-            if cutoff is not None and record.updated_at_us is not None and record.updated_at_us < cutoff:
+            if cutoff is not None and expired_at(record, cutoff):
                 expired.append((key, cutoff))
                 if len(expired) >= self.limit:
                     break
