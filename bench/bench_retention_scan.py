@@ -13,22 +13,16 @@ import argparse
 import statistics
 import time
 
-from stream_dedupe.core.retention import RetentionPolicy, expired_at
-from stream_dedupe.storage.docrecord import DocRecord
+from stream_dedupe.core.retention import RetentionPolicy, expired_entries
 from stream_dedupe.storage.rocks import RocksStore
 
 
 def scan_once(store: RocksStore, policy: RetentionPolicy, now_us: int) -> tuple[int, int, float]:
     """(documents, expired, CPU seconds) of one scan."""
     started = time.process_time()
-    n = expired = 0
-    for _, raw in store.items("docs"):
-        record = DocRecord.decode(raw)
-        n += 1
-        cutoff = policy.cutoff_us(record.source, now_us)
-        if cutoff is not None and expired_at(record, cutoff):
-            expired += 1
-    return n, expired, time.process_time() - started
+    docs = list(store.items("docs"))
+    expired = sum(1 for _ in expired_entries(docs, policy, now_us))
+    return len(docs), expired, time.process_time() - started
 
 
 def main() -> None:

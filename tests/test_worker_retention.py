@@ -11,7 +11,9 @@ def test_expiry_records_are_decided_in_runs_of_their_own() -> None:
     from stream_dedupe.worker.retention import EXPIRE_HEADER, first_run
 
     def msg(offset: int, expiry: bool) -> Any:
-        return SimpleNamespace(offset=offset, headers=[(EXPIRE_HEADER, b"1")] if expiry else [("sd-offset", b"7")])
+        if expiry:
+            return SimpleNamespace(offset=offset, value=None, headers=[(EXPIRE_HEADER, b"1")])
+        return SimpleNamespace(offset=offset, value=b"{}", headers=[("sd-offset", b"7")])
 
     kinds = [False, False, True, True, True, False, True]
     messages = [msg(i, e) for i, e in enumerate(kinds)]

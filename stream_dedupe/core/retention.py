@@ -9,7 +9,7 @@ documents without one, and sources without a policy, never expire.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from stream_dedupe.errors import ConfigError
@@ -88,16 +88,28 @@ def still_expired(record: DocRecord | None, cutoff_us: int) -> bool:
     return record is not None and expired_at(record, cutoff_us)
 
 
-def expired_ids(store: KVStore, policy: RetentionPolicy, now_us: int, seen: set[str] | None = None) -> Iterator[str]:
-    """Ids of the documents of ``store`` that the policy expires at ``now_us``, in id order.
+def expired_entries(
+    docs: Iterable[tuple[bytes, bytes]], policy: RetentionPolicy, now_us: int, seen: set[str] | None = None
+) -> Iterator[tuple[bytes, int]]:
+    """``(key, cutoff)`` of the ``docs`` records (key, encoded record) that the policy expires at ``now_us``.
 
-    ``seen``: filled with the policy's sources that some document of the state has (a rule whose
-    source none has expires nothing: a typo, or a case that differs).
+    The one test of ``expire`` (:func:`expired_ids`) and the worker's sweep
+    (:mod:`stream_dedupe.worker.retention`, which sends the cutoff with each expiry). ``seen``:
+    filled with the policy's sources that some document has (a rule whose source none has
+    expires nothing: a typo, or a case that differs).
     """
-    for key, raw in store.items("docs"):
+    for key, raw in docs:
         record = DocRecord.decode(raw)
-        limit = policy.max_age_us.get(record.source or "")
-        if seen is not None and limit is not None:
+        cutoff = policy.cutoff_us(record.source, now_us)
+        if cutoff is None:
+            continue
+        if seen is not None:
             seen.add(record.source or "")
-        if limit is not None and expired_at(record, now_us - limit):
-            yield key.decode("utf-8")
+        if expired_at(record, cutoff):
+            yield key, cutoff
+
+
+def expired_ids(store: KVStore, policy: RetentionPolicy, now_us: int, seen: set[str] | None = None) -> Iterator[str]:
+    """Ids of the documents of ``store`` that the policy expires at ``now_us``, in id order (see expired_entries)."""
+    for key, _ in expired_entries(store.items("docs"), policy, now_us, seen):
+        yield key.decode("utf-8")

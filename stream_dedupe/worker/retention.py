@@ -9,7 +9,7 @@ yielding to the event loop) and sends one *expiry record* per expired document t
 topic, the single ordered log the decide stage reads: key = the id, no value, header
 ``sd-expire`` = the cutoff the sweep used (microseconds). The decide stage takes a run of expiry
 records as a batch of its own (:func:`first_run`) and deletes each document that the committed
-state still holds with an ``updated_at`` before that cutoff (:meth:`DedupeEngine.still_expired`):
+state still holds as last known current before that cutoff (:meth:`DedupeEngine.still_expired`):
 a page re-crawled since the sweep is kept, one deleted since is not deleted twice. So retention
 goes through the one decision path: the same ``deleted``, ``canonical-changed`` and
 ``cluster-split`` events as a crawler's deletion, tombstones on the deduped topic, the state
@@ -24,11 +24,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
+from itertools import islice
 from typing import Any
 
 from stream_dedupe.core.records import Deletion
-from stream_dedupe.core.retention import RetentionPolicy, expired_at
-from stream_dedupe.storage.docrecord import DocRecord
+from stream_dedupe.core.retention import RetentionPolicy, expired_entries
 from stream_dedupe.worker.produce import send_batches
 from stream_dedupe.worker.shard_stage import call_engine
 
@@ -46,8 +46,8 @@ CHECK_EVERY_S = 5.0
 
 
 def is_expiry(message: Any) -> bool:
-    """True for an expiry record of the index topic."""
-    return any(key == EXPIRE_HEADER for key, _ in message.headers or ())
+    """True for an expiry record of the index topic (no value: a forwarded document has one)."""
+    return message.value is None and any(key == EXPIRE_HEADER for key, _ in message.headers or ())
 
 
 def first_run(messages: Sequence[Any]) -> list[Any]:
@@ -138,18 +138,12 @@ class RetentionSweeper:
         expired: list[tuple[bytes, int]] = []
         seen: set[str] = set()
         scanned = 0
-        for i, (key, raw) in enumerate(rt.store.scan("docs")):
-            scanned = i + 1
-            if i % _SCAN_SLICE == _SCAN_SLICE - 1:
-                await asyncio.sleep(0)  # a sweep of millions of records must not stall the stream
-            record = DocRecord.decode(raw)
-            cutoff = self.policy.cutoff_us(record.source, now_us)
-            if cutoff is not None:
-                seen.add(record.source or "")
-            if cutoff is not None and expired_at(record, cutoff):
-                expired.append((key, cutoff))
-                if len(expired) >= self.limit:
-                    break
+        docs = iter(rt.store.scan("docs"))
+        while len(expired) < self.limit and (chunk := list(islice(docs, _SCAN_SLICE))):
+            scanned += len(chunk)
+            expired += expired_entries(chunk, self.policy, now_us, seen)
+            await asyncio.sleep(0)  # a sweep of millions of records must not stall the stream
+        expired = expired[: self.limit]
         self.more = len(expired) >= self.limit
         if scanned and not self.more and not self._warned:  # a whole scan: say which rules match nothing
             self._warned = True
