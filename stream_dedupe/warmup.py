@@ -102,6 +102,10 @@ def warm(params: DedupeParams | None = None) -> float:
     BandIndex(2, 2).insert_capped(np.zeros((1, 2), dtype=np.uint64), 0, 4)
     BandIndex(2, 2).bucket_sizes(np.zeros(2, dtype=np.uint64))  # only once a bucket is full
     BandIndex(2, 2).insert_masked(np.zeros((1, 2), dtype=np.uint64), 0, np.zeros((1, 2), dtype=np.uint8))
+    from stream_dedupe.core.verify import exact_jaccards
+
+    one = np.arange(2, dtype=np.uint32).tobytes()
+    exact_jaccards(np.arange(3, dtype=np.uint32), [one, one])  # only for a document with two candidates or more
     from stream_dedupe.core.lineform import ascii_form
 
     ascii_form("a line learned as boilerplate")  # formed again only when a line is learned

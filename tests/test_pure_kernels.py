@@ -256,3 +256,23 @@ def test_insert_capped_interpreted_equals_compiled(compiled: None) -> None:
     want = bandindex._insert_capped(*tables[1], hashes, 7, 30)
     assert int(got) == int(want) > 0
     assert all(np.array_equal(a, b) for a, b in zip(tables[0], tables[1], strict=True))
+
+
+def test_sorted_intersections_pure_equals_the_kernel(compiled: None) -> None:
+    from stream_dedupe.core import verify
+
+    rng = np.random.default_rng(4)
+    for _ in range(100):
+        sets = [
+            np.unique(rng.integers(0, 500, rng.integers(0, 120)).astype(np.uint32)) for _ in range(rng.integers(0, 6))
+        ]
+        if sets and rng.random() < 0.3:
+            sets[0] = sets[0][::-1].copy()  # not increasing: -1 for that one only
+        flat = np.concatenate(sets) if sets else np.array([], np.uint32)
+        ends = np.cumsum([s.size for s in sets], dtype=np.int64)
+        a = np.unique(rng.integers(0, 500, rng.integers(0, 120)).astype(np.uint32))
+        if rng.random() < 0.1:
+            a = np.array([3, 3], np.uint32)  # not strictly increasing: -1 for every set
+        pure, jit_ = verify._sorted_intersections_pure(a, flat, ends), verify._sorted_intersections(a, flat, ends)
+        assert pure.tolist() == jit_.tolist()
+        assert pure.tolist() == [verify._sorted_intersection_pure(a, s) for s in sets]

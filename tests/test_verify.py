@@ -7,7 +7,7 @@ from datasketch import MinHash
 from stream_dedupe.config import ShingleSpec
 from stream_dedupe.core.minhash import MinHasher
 from stream_dedupe.core.shingle import shingle_hash, shingles
-from stream_dedupe.core.verify import estimated_jaccard, exact_jaccard
+from stream_dedupe.core.verify import estimated_jaccard, estimated_jaccards, exact_jaccard, exact_jaccards
 
 
 def test_exact_jaccard() -> None:
@@ -47,3 +47,30 @@ def test_exact_jaccard_equals_numpys_intersection() -> None:
         assert exact_jaccard(a, b) == inter / float(a.size + b.size - inter)
     unsorted = np.array([5, 1, 3], dtype=np.uint32)
     assert exact_jaccard(unsorted, np.array([1, 3, 9], dtype=np.uint32)) == pytest.approx(2 / 4)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_one_call_over_many_sets_equals_one_call_a_set(seed: int) -> None:
+    """The batched verification gives every pair exactly (float for float) what one call a pair gives."""
+    rng = np.random.default_rng(seed)
+    u32 = np.dtype("<u4")
+    mine = np.unique(rng.integers(0, 300, 80)).astype(u32)
+    sets = [np.unique(rng.integers(0, 300, int(n))).astype(u32) for n in rng.integers(0, 100, 12)]
+    sets += [np.array([], u32), mine.copy(), np.array([9, 4, 7], u32)]  # empty, identical, not sorted
+    raws = [s.tobytes() for s in sets]
+    assert exact_jaccards(mine, raws) == [exact_jaccard(mine, s) for s in sets]
+    empty = np.array([], u32)
+    assert exact_jaccards(empty, raws) == [exact_jaccard(empty, s) for s in sets]
+    assert exact_jaccards(mine.astype(np.int64), raws) == [exact_jaccard(mine.astype(np.int64), s) for s in sets]
+    signatures = [rng.integers(0, 50, 64).astype(u32) for _ in range(7)]
+    sig = signatures[0].copy()
+    sig[::3] = 0
+    got = estimated_jaccards(sig, [s.tobytes() for s in signatures])
+    assert got == [estimated_jaccard(sig, s) for s in signatures]
+    assert exact_jaccards(mine, []) == [] and estimated_jaccards(sig, []) == []
+
+
+def test_batched_estimates_refuse_signatures_of_another_length() -> None:
+    sig = np.zeros(64, np.dtype("<u4"))
+    with pytest.raises(ValueError, match="different lengths"):
+        estimated_jaccards(sig, [sig.tobytes(), sig[:32].tobytes()])

@@ -8,14 +8,14 @@ the two documents' sources, and, with the title guard, their titles agree. Rejec
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
 from stream_dedupe.config import DedupeParams
 from stream_dedupe.core.batch import Prepared
 from stream_dedupe.core.lshindex import LshIndex
-from stream_dedupe.core.verify import estimated_jaccard, exact_jaccard
+from stream_dedupe.core.verify import estimated_jaccard, estimated_jaccards, exact_jaccard, exact_jaccards
 from stream_dedupe.storage.state import StateView
 
 if TYPE_CHECKING:  # hidden_pairs verifies its pairs with this module's rules
@@ -65,8 +65,9 @@ def verify_candidates(
 
     The engine's decisions and the read-only query (:mod:`stream_dedupe.api_query`) both verify here.
     """
-    matches: list[Match] = []
     mixed = bool(params.source_thresholds)
+    kept: list[str] = []
+    thresholds: list[float] = []
     for other in sorted(candidates):
         threshold = params.decision_threshold
         if mixed or item.title_key is not None:
@@ -77,7 +78,10 @@ def verify_candidates(
                 counters["rejected_candidates"] += 1
                 continue
             threshold = params.pair_decision_threshold(item.doc.source, other_record.source)
-        similarity = similarity_to(item, other, state)
+        kept.append(other)
+        thresholds.append(threshold)
+    matches: list[Match] = []
+    for other, threshold, similarity in zip(kept, thresholds, similarities_to(item, kept, state), strict=True):
         if similarity >= threshold:
             matches.append((other, similarity, False))
         else:
@@ -97,6 +101,19 @@ def titles_disagree(mine: str | None, theirs: str | None) -> bool:
 def similarity_to(item: Prepared, other: str, state: StateView) -> float:
     """Jaccard of ``item`` and a document in the state: exact when ``item`` has its shingle set, else estimated."""
     return similarity_with_stored(item.shingle_set, item.signature, other, state)
+
+
+def similarities_to(item: Prepared, others: list[str], state: StateView) -> list[float]:
+    """:func:`similarity_to` of ``item`` and each of ``others``, measured together (one kernel call)."""
+    if len(others) < 2:  # one pair: no arrays to join
+        return [similarity_to(item, other, state) for other in others]
+    if item.shingle_set is not None:
+        raws = state.shingle_set_bytes(others)
+        assert None not in raws, f"exact mode: no shingle set stored for {others[raws.index(None)]!r}"
+        return exact_jaccards(item.shingle_set, cast("list[bytes]", raws))
+    raws = state.signature_bytes(others)
+    assert item.signature is not None and None not in raws
+    return estimated_jaccards(item.signature, cast("list[bytes]", raws))
 
 
 def similarity_with_stored(

@@ -167,6 +167,16 @@ class StateView(BatchOverlay):
         raw = self.get("sets", _key(doc_id))
         return None if raw is None else np.frombuffer(raw, dtype=_U32)
 
+    def shingle_set_bytes(self, doc_ids: Sequence[str]) -> list[bytes | None]:
+        """The stored shingle sets of ``doc_ids`` as bytes (little-endian uint32), None where there is none."""
+        get = self.get
+        return [get("sets", _key(doc_id)) for doc_id in doc_ids]
+
+    def signature_bytes(self, doc_ids: Sequence[str]) -> list[bytes | None]:
+        """The stored signatures of ``doc_ids`` as bytes (little-endian uint32), None where there is none."""
+        get = self.get
+        return [get("sigs", _key(doc_id)) for doc_id in doc_ids]
+
     def put_skipped_bands(self, doc_id: str, skipped: np.ndarray | None) -> None:
         """Store the bands a document found full and did not join (uint8 per band); None or none: delete.
 
