@@ -328,7 +328,11 @@ class BatchOverlay:
             tail[1].extend(items)
             return
         base = self.get(namespace, key)  # raw, not decoded (an encoded pending list, if any)
-        self._tails[namespace][key] = (base, list(items))
+        if base is None:  # a new list (a document's first pairs): held decoded, as the batch reads it next
+            self._decoded[namespace][key] = list(items)
+            self._owned[namespace].add(key)
+        else:
+            self._tails[namespace][key] = (base, list(items))
         self._stage_appended(namespace, key)
 
     def _stage_appended(self, namespace: str, key: bytes) -> None:
