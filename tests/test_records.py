@@ -87,6 +87,20 @@ def test_valid_document() -> None:
     assert result.source == "wiki" and result.raw == raw
 
 
+def test_rfc3339_lower_case_separators_and_leap_seconds() -> None:
+    """RFC 3339 (section 5.6) allows "t" and "z" in lower case, and second 60 (a leap second)."""
+    assert parse_timestamp("2026-12-07t12:00:00z") == parse_timestamp("2026-12-07T12:00:00Z")
+    assert parse_timestamp("2026-12-07t13:00:00+01:00") == parse_timestamp("2026-12-07T12:00:00Z")
+    # the leap second at the end of 2016 is the instant after 23:59:59, in any offset
+    assert parse_timestamp("2016-12-31T23:59:60Z") == parse_timestamp("2017-01-01T00:00:00Z")
+    assert parse_timestamp("2016-12-31T18:59:60.5-05:00") == parse_timestamp("2017-01-01T00:00:00.5Z")
+    doc = parse_document(b'{"id": "a", "text": "x", "updated_at": "2016-12-31t23:59:60z"}', 1024)
+    assert isinstance(doc, Document) and doc.updated_at_us == parse_timestamp("2017-01-01T00:00:00Z")
+    for bad in ("2026-12-07T12:00:61Z", "2026-12-07T12:00:00", "yesterday"):
+        with pytest.raises(ValueError):
+            parse_timestamp(bad)
+
+
 # ---------------------------------------------------------------- bounds (issue 13) ----
 def test_json_bomb_is_too_deep_not_not_json() -> None:
     bomb = b'{"id": "bomb", "text": "x", "metadata": {"a": ' + b"[" * 10_000 + b"]" * 10_000 + b"}}"

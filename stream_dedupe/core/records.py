@@ -123,15 +123,23 @@ Record = Document | Invalid | Deletion
 def parse_timestamp(value: str) -> int:
     """Parse an RFC 3339 timestamp with a time zone into microseconds since the epoch.
 
+    As RFC 3339 allows, ``T`` and ``Z`` may be lower case, and a leap second (``23:59:60Z``)
+    is read as the second after ``23:59:59`` (POSIX time has no leap seconds).
+
     Raises:
         ValueError: if the value is not RFC 3339 or has no time zone.
 
     """
+    if "t" in value or "z" in value:
+        value = value.upper()
+    leap = 0
+    if value[16:19] == ":60":  # YYYY-MM-DDTHH:MM:60
+        value, leap = f"{value[:17]}59{value[19:]}", 1_000_000
     parsed = datetime.fromisoformat(value)
     if parsed.tzinfo is None:
         raise ValueError("no time zone")
     delta = parsed.astimezone(UTC) - datetime(1970, 1, 1, tzinfo=UTC)
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds + leap
 
 
 def parse_document(raw: bytes, max_bytes: int, limits: ParseLimits | None = None) -> Document | Invalid | Deletion:
