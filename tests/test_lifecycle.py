@@ -133,6 +133,9 @@ def test_retention_rules_are_validated() -> None:
         RetentionPolicy.parse(["news"])
     with pytest.raises(ConfigError, match="unit"):
         parse_age("7 weeks")
+    for zero in ("0d", "0s", " 00h "):  # every document of the source expired as it arrives: a slip
+        with pytest.raises(ConfigError, match="positive age"):
+            parse_age(zero)
 
 
 def test_an_expiry_decided_later_deletes_only_what_is_still_that_old() -> None:

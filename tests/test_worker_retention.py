@@ -37,6 +37,8 @@ def test_worker_max_age_is_validated() -> None:
     assert WorkerSettings().retention() is None
     with pytest.raises(WorkerConfigError, match="MAX_AGE"):
         WorkerSettings(max_age="news=7 days")
+    with pytest.raises(WorkerConfigError, match="positive age"):
+        WorkerSettings(max_age="news=0d")
     with pytest.raises(WorkerConfigError, match="two retention rules"):
         WorkerSettings(max_age="news=7d,news=1d")
     for interval in (0, 0.5, float("nan"), float("inf"), 31 * 86400):

@@ -23,12 +23,18 @@ def parse_age(text: str) -> int:
     """``90s``, ``30m``, ``12h`` or ``7d`` in microseconds.
 
     Raises:
-        ConfigError: on anything else.
+        ConfigError: on anything else, and on an age of zero (it would expire a source's documents
+            as they arrive).
 
     """
     match = re.fullmatch(r"\s*(\d+)\s*([smhd])\s*", text)
     if not match:
         raise ConfigError(f"cannot parse age {text!r}: use a number and a unit s, m, h or d (e.g. 7d)")
+    if int(match.group(1)) == 0:
+        raise ConfigError(
+            f"age {text.strip()!r} would expire every document of its source as it arrives: give a positive "
+            "age, or leave the source out of the policy to keep its documents"
+        )
     return int(match.group(1)) * _UNITS_US[match.group(2)]
 
 
