@@ -265,7 +265,15 @@ def dedupe(
     from stream_dedupe import run_guard, warm_file
     from stream_dedupe.core import jit
     from stream_dedupe.core.engine import DedupeEngine, stored_params
-    from stream_dedupe.embedded import can_redo, resume_point, rewind_events, run, run_checkpoint, unfinished_run
+    from stream_dedupe.embedded import (
+        can_redo,
+        earlier_events,
+        resume_point,
+        rewind_events,
+        run,
+        run_checkpoint,
+        unfinished_run,
+    )
     from stream_dedupe.exports import iter_canonical_documents, summarize
     from stream_dedupe.reporting import ProgressReporter, print_summary, warm_kernels
     from stream_dedupe.sharded_state import open_state
@@ -304,6 +312,10 @@ def dedupe(
             err.print(f"[yellow]warning[/]: {run_guard.abandoned_note(replaced)}")
         if resuming and named is not None and (cut := rewind_events(store, named)):
             err.out(f"{named}: cut {cut:,} bytes of events of batches the state does not hold; deciding them again")
+        earlier = earlier_events(store) if resuming and events is not None else None
+        if earlier is not None and (named is None or earlier != named.resolve()):
+            cut = rewind_events(store, earlier)  # its tail is decided again, into this run's events
+            err.print(f"[yellow]note[/]: {run_guard.resumed_elsewhere_note(earlier, events or '-', cut)}")
         events_out = open_out(stack, events, "ab" if resuming else "wb")
         events_file = named if named is not None and named.is_file() else None  # not a pipe
         reporter = stack.enter_context(ProgressReporter(err, total_bytes(inputs), enabled=progress))

@@ -124,6 +124,13 @@ def rewind_events(store: KVStore, events: Path) -> int:
     return size - keep
 
 
+def earlier_events(store: KVStore) -> Path | None:
+    """The events file of the unfinished run of ``store`` (from its checkpoint), or None."""
+    previous = run_checkpoint(store)
+    mark = previous.get("events") if previous else None
+    return Path(mark["path"]) if mark and mark.get("path") else None
+
+
 def unfinished_run(store: KVStore, events: Path) -> dict[str, Any] | None:
     """The checkpoint of an earlier run that did not finish and whose events are in ``events``, or None.
 

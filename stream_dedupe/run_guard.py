@@ -100,6 +100,21 @@ def overwrite_message(events: Path, unfinished: dict[str, Any], inputs: list[str
     )
 
 
+def resumed_elsewhere_note(earlier: Path, events: str, cut: int) -> str:
+    """A resumed run that writes its events to another file than the run it resumes: where each event is."""
+    where = "standard output" if events == "-" else events
+    tail = (
+        f" ({cut:,} bytes of events of batches the state does not hold were cut from its end: they are decided "
+        f"again into {where})"
+        if cut
+        else ""
+    )
+    return (
+        f"this run resumes an unfinished one whose events are in {earlier}{tail}. Those events stay there: "
+        f"{earlier} followed by {where} hold one event for every input line"
+    )
+
+
 def cut_input_message(exc: Exception, events: Path | None) -> str:
     """An input that ends early mid-run: what the state holds, and how to go on once the file is whole."""
     kept = f"; their events are in {events}" if events is not None else ""

@@ -275,6 +275,29 @@ def test_kill_9_then_the_same_command_gives_a_clean_runs_events_and_clusters(tmp
     assert _final_clusters(state) == _final_clusters(clean)
 
 
+def test_a_run_resumed_into_another_events_file_leaves_each_event_in_one_file(tmp_path: Path) -> None:
+    """A kill, then the same command with another ``--events``: the first file is cut back to the
+    state's last batch (its tail is decided again into the second), so the two files together are
+    a clean run's events, each once (an outside walk-through found the overlap duplicated)."""
+    _, state, events, args = _clean_run_and_interrupted_args(tmp_path)
+    clean_events = tmp_path / "clean.jsonl"
+    cli(*args[3:6], str(tmp_path / "clean64"), "--events", str(clean_events), *args[9:])
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (events.stat().st_size if events.exists() else 0) > 2_500_000 and any(state.glob("*.sst")):
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    second = tmp_path / "second.jsonl"
+    resumed = cli(*args[3:8], str(second), *args[9:])
+    assert "resumed after line" in resumed.stderr, resumed.stderr
+    assert f"whose events are in {events.resolve()}" in " ".join(resumed.stderr.split()), resumed.stderr
+    assert events.read_bytes() + second.read_bytes() == clean_events.read_bytes()
+
+
 def test_explain_pair_from_state_and_from_files(tmp_path: Path) -> None:
     base = " ".join(f"word{i}" for i in range(60))
     path = tmp_path / "in.jsonl"
