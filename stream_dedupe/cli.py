@@ -131,6 +131,9 @@ def _small_run(inputs: list[str], input_bytes: int | None, limit: int) -> bool:
 _D = DedupeParams()
 
 
+_EXPLAIN_ARG = "Document id (with --state), or a file: text or one JSON document (gzip, bzip2, xz read as such)."
+
+
 @app.command()
 def dedupe(
     state: StateOpt,
@@ -381,8 +384,8 @@ app.command()(clusters)
 
 @app.command()
 def explain(
-    a: Annotated[str, typer.Argument(help="Document id (with --state), or a file (text or JSON document).")],
-    b: Annotated[str, typer.Argument(help="Document id (with --state), or a file (text or JSON document).")],
+    a: Annotated[str, typer.Argument(help=_EXPLAIN_ARG, metavar="DOC_A")],
+    b: Annotated[str, typer.Argument(help=_EXPLAIN_ARG, metavar="DOC_B")],
     state: Annotated[
         Path | None, typer.Option(help=default_help("Look the ids up in this state.", "none: a and b are files"))
     ] = None,

@@ -31,6 +31,7 @@ from stream_dedupe.core.signer import Signer
 from stream_dedupe.core.unionfind import UnionFind
 from stream_dedupe.core.verify import estimated_jaccard, exact_jaccard
 from stream_dedupe.errors import ConfigError
+from stream_dedupe.inputs import read_whole
 from stream_dedupe.storage.base import KVStore
 from stream_dedupe.storage.state import StateView
 
@@ -104,6 +105,12 @@ def _doc_of(raw: bytes, name: str) -> PairDoc:
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:
+        lines = [line for line in raw.splitlines() if line.strip()]
+        if len(lines) > 1 and _is_document(lines[0]):
+            raise ConfigError(
+                f"{name} holds {len(lines):,} lines of JSON and explain compares one document a file: put each "
+                "document in a file of its own, or dedupe the file into a state and pass --state DIR with two ids"
+            ) from None
         return PairDoc(raw.decode("utf-8", errors="replace"))
     if isinstance(value, dict) and isinstance(value.get("text"), str):
         title, source = value.get("title"), value.get("source")
@@ -111,6 +118,14 @@ def _doc_of(raw: bytes, name: str) -> PairDoc:
             str(value["text"]), title if isinstance(title, str) else None, source if isinstance(source, str) else None
         )
     raise ConfigError(f'{name}: a JSON input must be a document with a string "text"')
+
+
+def _is_document(line: bytes) -> bool:
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(value, dict) and "text" in value
 
 
 def load_pair(store: KVStore | None, a: str, b: str) -> tuple[PairDoc, PairDoc]:
@@ -125,7 +140,7 @@ def load_pair(store: KVStore | None, a: str, b: str) -> tuple[PairDoc, PairDoc]:
             path = Path(name)
             if not path.is_file():
                 raise ConfigError(f"{name} is not a file; to compare documents of a state by id, pass --state DIR")
-            raw = path.read_bytes()
+            raw = read_whole(name)  # a compressed file is read as dedupe reads it
         docs.append(_doc_of(raw, name))
     return docs[0], docs[1]
 
@@ -188,7 +203,10 @@ def explain_pair(
     signed = Signer(params).sign(texts)  # the engine's own record of each text
     titles = [title_key(d.title) if params.title_guard else None for d in pair]
     refusal = None
-    if any(s.signature is None for s in signed):
+    empty = [name for name, s in zip(names, signed, strict=True) if s.tokens == 0]
+    if empty:
+        refusal = f"{' and '.join(empty)}: no words after normalization, refused as empty-text, never deduplicated"
+    elif any(s.signature is None for s in signed):
         refusal = f"fewer than min_tokens ({params.min_tokens}) tokens: only exact copies pair"
     elif titles_disagree(titles[0], titles[1]):
         refusal = "different titles (the title guard)"
@@ -202,7 +220,7 @@ def explain_pair(
         colliding_bands=colliding,
         candidate_probability=candidate_probability(exact, params.bands, params.rows),
         threshold=params.pair_decision_threshold(pair[0].source, pair[1].source),
-        identical=signed[0].content_hash == signed[1].content_hash and titles[0] == titles[1],
+        identical=not empty and signed[0].content_hash == signed[1].content_hash and titles[0] == titles[1],
         refusal=refusal,
         stored=stored,
     )

@@ -108,6 +108,15 @@ def is_compressed(path: str) -> bool:
     return any(magic.startswith(signature) for signature, _ in _READ_FORMATS)
 
 
+def read_whole(path: str) -> bytes:
+    """The bytes of a file, decompressed when it is gzip, bzip2 or xz (as :func:`read_lines` reads it)."""
+    with open(path, "rb") as raw:
+        magic = raw.read(6)
+        raw.seek(0)
+        reader = _decompressing(raw, magic)
+        return (reader or raw).read()
+
+
 _BOM = b"\xef\xbb\xbf"
 
 

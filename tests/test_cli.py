@@ -316,6 +316,16 @@ def test_explain_pair_from_state_and_from_files(tmp_path: Path) -> None:
     out = cli("explain", str(tmp_path / "x.txt"), str(tmp_path / "y.txt")).stdout
     assert "not a duplicate" in out and "0.0000" in out
     assert "not a duplicate (fewer than min_tokens (10) tokens: only exact copies pair)" in out  # whole cells in a pipe
+    (tmp_path / "empty.txt").write_text(" ... \n")  # no words: the engine's empty-text, never a duplicate
+    out = " ".join(cli("explain", str(tmp_path / "empty.txt"), str(tmp_path / "empty.txt")).stdout.split())
+    assert "not a duplicate" in out and "refused as empty-text" in out
+    import gzip
+
+    (tmp_path / "x.json.gz").write_bytes(gzip.compress(orjson.dumps({"id": "x", "text": base})))
+    out = cli("explain", str(tmp_path / "x.json.gz"), str(tmp_path / "x.txt")).stdout
+    assert "duplicate (the same normalized text" in out  # read decompressed, as dedupe reads it
+    several = cli("explain", str(path), str(tmp_path / "x.txt"), check=False)
+    assert several.returncode == 2 and "holds 2 lines of JSON" in several.stderr and "--state" in several.stderr
     missing = cli("explain", "a", "zzz", "--state", str(tmp_path / "s"), check=False)
     assert missing.returncode == 2 and "not in the state" in missing.stderr
 
