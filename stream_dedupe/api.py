@@ -227,6 +227,9 @@ class Deduper:
     def remove_many(self, doc_ids: Iterable[str]) -> list[Decision]:
         """Delete documents, in batches."""
         ids = list(doc_ids)
+        for doc_id in ids:
+            if not isinstance(doc_id, str):
+                raise TypeError(f"a document id is a string, got {type(doc_id).__name__} {doc_id!r}")
         out: list[Decision] = []
         for start in range(0, len(ids), self._batch_size):
             out.extend(self._process([Deletion(i) for i in ids[start : start + self._batch_size]]))

@@ -155,7 +155,7 @@ def test_mismatched_parameters_are_refused_and_release_the_state(tmp_path: Path)
         Deduper.open(state, threshold=0.9)
     with Deduper.open(state, threshold=0.8) as dd:  # the failed open released the RocksDB lock
         assert dd.seq == 1
-        with pytest.raises(StateError, match="in use by another"):
+        with pytest.raises(StateError, match="already open in this process: close the other handle"):
             Deduper.open(state)
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "file.txt").write_text("x")
@@ -216,6 +216,8 @@ def test_remove_clusters_canonical_documents_and_explain() -> None:
     longer = base + " " + text(rng, 4)
     events: list[list[dict[str, Any]]] = []
     with Deduper.memory(on_events=events.append) as dd:
+        with pytest.raises(TypeError, match="a document id is a string, got int 5"):
+            dd.remove(5)  # type: ignore[arg-type]
         dd.add_many([("a", base), ("b", longer), ("s", text(rng))])
         [cluster] = dd.clusters()
         assert (cluster.label, cluster.canonical, cluster.members, cluster.representatives) == (

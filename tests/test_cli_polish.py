@@ -41,6 +41,15 @@ def _help(command: str) -> str:
     return result.stdout
 
 
+@pytest.mark.parametrize("command", ["eval", "tune", "retrieval-eval"])
+def test_measuring_a_corpus_without_documents_is_an_error_not_a_perfect_score(tmp_path: Path, command: str) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"\n")
+    result = cli(command, str(empty), check=False)
+    assert result.returncode == 2 and "holds no documents" in result.stderr, result.stderr
+    assert "precision" not in result.stdout
+
+
 def test_dedupe_and_eval_help_show_their_defaults() -> None:
     dedupe = _help("dedupe")
     for text in (  # a state keeps its index parameters: an existing state's are the defaults

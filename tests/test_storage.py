@@ -55,7 +55,7 @@ def test_overlay_dicts_write_as_put_does_and_prefetch_marks_absent_keys(store: K
 def test_rocks_state_survives_reopen_and_is_locked(tmp_path: Path) -> None:
     first = RocksStore(tmp_path / "s")
     first.write({"docs": {b"a": b"1"}})
-    with pytest.raises(StateError, match="in use by another"):
+    with pytest.raises(StateError, match="already open in this process"):
         RocksStore(tmp_path / "s")
     first.close()
     again = RocksStore(tmp_path / "s")

@@ -70,6 +70,7 @@ def _load(corpus: list[str], overrides: dict[str, Any]) -> tuple[DedupeParams, l
     """
     from stream_dedupe.cli import resolve_params
     from stream_dedupe.core.records import Deletion, Invalid, parse_document
+    from stream_dedupe.errors import ConfigError
     from stream_dedupe.inputs import check_inputs, read_lines
 
     check_inputs(corpus)
@@ -90,6 +91,9 @@ def _load(corpus: list[str], overrides: dict[str, Any]) -> tuple[DedupeParams, l
                     skipped.first = f"{line.source}:{line.line}: {detail}"
                 continue
             raws.append(line.raw)
+    if not raws:
+        what = f" ({skipped.total:,} line(s) skipped, first: {skipped.first})" if skipped.total else ""
+        raise ConfigError(f"{', '.join(corpus)} holds no documents{what}: nothing to measure")
     return params, raws, skipped
 
 
@@ -254,6 +258,8 @@ def retrieval_eval_command(
     }
     params = _params(overrides)
     docs = load_corpus(corpus)
+    if not docs:
+        raise ConfigError(f"{', '.join(corpus)} holds no documents (JSON lines with a string id and text)")
     result, params = _dedup_result(corpus, params, state, clusters, events, batch_size)
     if queries is not None:
         query_set = load_query_file(queries)

@@ -192,6 +192,11 @@ class RocksStore:
         except Exception as exc:
             self._remove_reader_dir()
             text = str(exc)
+            if "lock hold by current process" in text:
+                raise StateInUseError(
+                    f"state directory {self.path} is already open in this process: close the other handle first "
+                    "(Deduper.close(), or open it in a `with` block), or use another directory"
+                ) from exc
             if "lock" in text.lower():
                 raise StateInUseError(
                     f"state directory {self.path} is in use by another stream-dedupe process "
