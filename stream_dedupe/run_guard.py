@@ -119,7 +119,16 @@ def cut_input_message(exc: Exception, events: Path | None) -> str:
     """An input that ends early mid-run: what the state holds, and how to go on once the file is whole."""
     kept = f"; their events are in {events}" if events is not None else ""
     again = f"move {events} away or pass another --events, and " if events is not None else ""
+    text = str(exc)
+    damaged = ""
+    if "CRC" in text or "checksum" in text.lower() or "corrupt" in text.lower():
+        # gzip checks a member's checksum at its end: lines of the damaged part were read as they came
+        damaged = (
+            " The file is damaged, not cut short: some of those lines may have been read damaged (look for "
+            "`invalid` events and ids you do not know among them, and delete such ids with --deletions)."
+        )
     return (
-        f"{exc}. The documents before it are decided and committed{kept}. Once the file is whole, {again}run the "
-        "command again: the documents committed come out `unchanged` and the rest are decided"
+        f"{text}. The documents before it are decided and committed{kept}.{damaged} Once the file is whole, "
+        f"{again}run the command again: the documents committed come out `unchanged` and the rest are decided (a "
+        "whole copy under another name: pass --abandon-unfinished, as the run over this file could still resume)"
     )

@@ -153,3 +153,23 @@ def test_compression_is_told_by_the_content_not_the_name(tmp_path: Path) -> None
         assert is_compressed(str(tmp_path / name)), name
     (tmp_path / "plain.jsonl.gz").write_bytes(text)  # a name that lies
     assert not is_compressed(str(tmp_path / "plain.jsonl.gz"))
+
+
+def test_a_damaged_gzip_input_is_told_from_a_cut_one_with_what_to_check(tmp_path: Path) -> None:
+    """gzip checks a member's CRC at its end, so the lines of a damaged part were read before the error."""
+    import subprocess
+    import sys
+
+    import orjson
+
+    docs = [{"id": f"d{i}", "text": " ".join(f"w{(i * 7 + j) % 997}" for j in range(40))} for i in range(3000)]
+    damaged = bytearray(gzip.compress(b"".join(orjson.dumps(d) + b"\n" for d in docs)))
+    middle = len(damaged) // 2
+    damaged[middle : middle + 4] = b"\0\0\0\0"
+    corpus = tmp_path / "crawl.jsonl.gz"
+    corpus.write_bytes(bytes(damaged))
+    cli = [sys.executable, "-m", "stream_dedupe", "dedupe", str(corpus), "--state", str(tmp_path / "s")]
+    result = subprocess.run([*cli, "--no-progress", "--jobs", "1"], capture_output=True, text=True, timeout=300)
+    said = " ".join(result.stderr.split())
+    assert result.returncode == 2 and "CRC check failed" in said, said
+    assert "The file is damaged, not cut short" in said and "--deletions" in said and "--abandon-unfinished" in said
