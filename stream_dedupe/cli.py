@@ -312,7 +312,7 @@ def dedupe(
         if not resuming and (replaced := run_checkpoint(store)) is not None:
             if not abandon_unfinished and run_guard.can_still_resume(replaced):
                 raise ConfigError(run_guard.abandon_message(replaced, state))
-            err.print(f"[yellow]warning[/]: {run_guard.abandoned_note(replaced)}")
+            err.print(f"[yellow]warning[/]: {run_guard.abandoned_note(replaced, named)}")
         if resuming and named is not None and (cut := rewind_events(store, named)):
             err.out(f"{named}: cut {cut:,} bytes of events of batches the state does not hold; deciding them again")
         earlier = earlier_events(store) if resuming and events is not None else None

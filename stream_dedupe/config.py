@@ -84,7 +84,11 @@ class NormalizationConfig:
                 try:
                     re.compile(pattern)
                 except re.error as exc:
-                    raise ConfigError(f"invalid regular expression {pattern!r} in {name}: {exc}") from exc
+                    flag = "--" + name.replace("_patterns", "-pattern")
+                    raise ConfigError(
+                        f"invalid regular expression {pattern!r} in {name} ({flag}): {exc}; fix or quote it "
+                        "(Python's re syntax)"
+                    ) from exc
 
     @property
     def fingerprint(self) -> str:
@@ -196,7 +200,9 @@ class DedupeParams:
         if self.verify not in ("estimate", "exact"):
             raise ConfigError(f"verify must be 'estimate' or 'exact', got {self.verify!r}")
         if (self.bands == 0) != (self.rows == 0):
-            raise ConfigError("give both bands and rows, or neither (they are then chosen from the threshold)")
+            raise ConfigError(
+                "give both bands and rows (--bands and --rows), or neither (they are then chosen from the threshold)"
+            )
         if self.bands and self.bands * self.rows > self.num_perm:
             raise ConfigError(
                 f"bands * rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}: "

@@ -62,6 +62,8 @@ def check_inputs(paths: list[str], flag: str = "input") -> None:
         if path == "-":
             continue
         p = Path(path)
+        if p.is_dir():
+            raise ConfigError(f"{flag} {path} is a directory: pass its files (e.g. {path}/*.jsonl)")
         if not p.is_file():
             raise ConfigError(f"{flag} {path} does not exist or is not a file")
         if not os.access(p, os.R_OK):

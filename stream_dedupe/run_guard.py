@@ -71,10 +71,12 @@ def abandon_message(checkpoint: dict[str, Any], state: Path) -> str:
     )
 
 
-def abandoned_note(checkpoint: dict[str, Any]) -> str:
-    """The warning of a run that replaces an unfinished one."""
+def abandoned_note(checkpoint: dict[str, Any], this_events: Path | None = None) -> str:
+    """The warning of a run that replaces an unfinished one (``this_events``: this run's events file)."""
     events = (checkpoint.get("events") or {}).get("path")
     kept = f" Its events stay in {events}; do not let a later run overwrite them." if events else ""
+    if events and this_events is not None and str(this_events.resolve()) == events:
+        kept = f" This run writes its own events to {events}: keep any copy of that run's you moved away."
     return (
         f"the last run into this state did not finish (it committed up to {_where(checkpoint)}); this run replaces "
         f"its checkpoint, so it can no longer be resumed.{kept}"

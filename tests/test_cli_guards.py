@@ -51,7 +51,8 @@ def test_a_run_that_would_replace_a_resumable_one_is_refused_until_told(tmp_path
 
     # the resume command the message gives resumes it (up to the cut again: the file is still cut)
     again = cli("dedupe", str(corpus), "--state", str(state), "--events", str(events), check=False)
-    assert again.returncode == 2 and "abandon" not in again.stderr
+    assert again.returncode == 2 and "cannot read input" in again.stderr, again.stderr
+    assert "did not finish" not in again.stderr  # not refused: resumed, and stopped at the cut again
 
     told = cli("dedupe", str(other), "--state", str(state), "--events", str(other_events), "--abandon-unfinished")
     assert "warning" in told.stderr and "can no longer be resumed" in " ".join(told.stderr.split())
@@ -67,6 +68,16 @@ def test_a_run_that_cannot_be_resumed_any_more_is_replaced_with_a_warning(tmp_pa
     replaced = cli("dedupe", str(other), "--state", str(state), "--events", str(tmp_path / "other-events.jsonl"))
     text = " ".join(replaced.stderr.split())
     assert "warning" in text and "can no longer be resumed" in text and f"Its events stay in {events.resolve()}" in text
+
+
+def test_a_run_into_the_events_file_moved_away_does_not_say_the_events_stay_there(tmp_path: Path) -> None:
+    corpus, state, events = _cut_run(tmp_path)
+    corpus.write_bytes(corpus.read_bytes() + b"more")  # that run cannot be resumed
+    events.rename(tmp_path / "kept.jsonl")  # as the error advised
+    replaced = cli("dedupe", str(_other_input(tmp_path)), "--state", str(state), "--events", str(events))
+    text = " ".join(replaced.stderr.split())
+    assert "can no longer be resumed" in text and "Its events stay in" not in text, text
+    assert f"This run writes its own events to {events.resolve()}" in text
 
 
 def test_an_output_never_clobbers_an_input_and_a_directory_is_no_output(tmp_path: Path) -> None:
@@ -202,3 +213,15 @@ def test_a_state_that_cannot_be_written_is_refused_with_the_way_out(tmp_path: Pa
     for open_ in (lambda: cli_support.open_for_reading(state), lambda: rocks.RocksStore(state, reader=True)):
         with pytest.raises(StateError, match=r"is not writable .*copy the state to a writable directory"):
             open_()
+    with pytest.raises(StateError, match=r"cannot create state directory .*give --state a directory this user can"):
+        rocks.RocksStore(tmp_path / "new")  # no state there yet: nothing to copy
+
+
+def test_a_directory_given_as_input_or_a_bad_pattern_is_named_with_the_fix(tmp_path: Path) -> None:
+    folder = tmp_path / "crawl"
+    folder.mkdir()
+    result = cli("dedupe", str(folder), "--state", str(tmp_path / "s"), check=False)
+    assert result.returncode == 2 and f"{folder} is a directory: pass its files" in result.stderr
+    other = _other_input(tmp_path)
+    bad = cli("dedupe", str(other), "--state", str(tmp_path / "s"), "--strip-pattern", "(", check=False)
+    assert bad.returncode == 2 and "in strip_patterns (--strip-pattern)" in " ".join(bad.stderr.split())

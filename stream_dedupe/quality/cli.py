@@ -204,7 +204,10 @@ def retrieval_eval_command(
     query_seed: Annotated[int, typer.Option(help="Seed of the query draw.")] = 1,
     k: Annotated[int, typer.Option("--k", help="Cutoff of recall, nDCG, MRR and redundancy.")] = 5,
     alias: Annotated[
-        str, typer.Option(help="verified: a representative answers for a dropped document only at J >= threshold; any.")
+        str,
+        typer.Option(
+            help="verified: a representative answers for a document it covers only at J >= threshold; any: always."
+        ),
     ] = "verified",
     state: Annotated[Path | None, typer.Option(help="Read the dedup result from this state.")] = None,
     clusters: Annotated[str | None, typer.Option(help="Read the dedup result from a clusters export.")] = None,

@@ -202,7 +202,13 @@ class RocksStore:
                     f"state directory {self.path} is in use by another stream-dedupe process "
                     f"(RocksDB lock held): stop that process or use another --state directory ({text})"
                 ) from exc
-            if "Read-only file system" in text or "Permission denied" in text:
+            unwritable = "Read-only file system" in text or "Permission denied" in text
+            if unwritable and not self.reader and not (self.path / "CURRENT").is_file():
+                raise StateError(
+                    f"cannot create state directory {self.path} (a read-only file system or mount, or no "
+                    f"permission?): give --state a directory this user can write ({text})"
+                ) from exc
+            if unwritable:
                 # rocksdict (0.3.29) writes its rocksdict-config.json at every open, read-only and
                 # secondary ones too (rocksdict PR #186 stops that; not released yet)
                 raise StateError(
