@@ -18,14 +18,13 @@ import typer
 
 from stream_dedupe import __version__
 from stream_dedupe.cli_coerce import FastCommands
-from stream_dedupe.cli_state import EVENTS_HELP, boilerplate, clusters, expire, stats
+from stream_dedupe.cli_state import EVENTS_HELP, boilerplate, clusters, expire, explain, stats
 from stream_dedupe.cli_support import (
     EXIT_CUT_SHORT,
     check_new_state_dir,
     check_outputs,
     gc_from_here,
     is_state,
-    open_for_reading,
     open_out,
     silence_stdout,
     start_up_without_gc,
@@ -129,9 +128,6 @@ def _small_run(inputs: list[str], input_bytes: int | None, limit: int) -> bool:
 
 
 _D = DedupeParams()
-
-
-_EXPLAIN_ARG = "Document id (with --state), or a file: text or one JSON document (gzip, bzip2, xz read as such)."
 
 
 @app.command()
@@ -268,15 +264,7 @@ def dedupe(
     from stream_dedupe import run_guard, warm_file
     from stream_dedupe.core import jit
     from stream_dedupe.core.engine import DedupeEngine, stored_params
-    from stream_dedupe.embedded import (
-        can_redo,
-        earlier_events,
-        resume_point,
-        rewind_events,
-        run,
-        run_checkpoint,
-        unfinished_run,
-    )
+    from stream_dedupe.embedded import can_redo, run
     from stream_dedupe.exports import iter_canonical_documents, summarize
     from stream_dedupe.reporting import ProgressReporter, print_summary, warm_kernels
     from stream_dedupe.sharded_state import open_state
@@ -305,20 +293,8 @@ def dedupe(
         engine = DedupeEngine(resolve_params(stored_params(store), overrides), store, limits, warm_arrays)
         if progress and jit.enabled():
             warm_kernels(err, engine.params)
-        resuming = resume_point(store, inputs, deletions or ()) is not None
+        resuming = run_guard.settle(store, state, inputs, deletions or (), events, abandon_unfinished, err)
         named = None if events in (None, "-") else Path(events)
-        if not resuming and named is not None and (unfinished := unfinished_run(store, named)):
-            raise ConfigError(run_guard.overwrite_message(named, unfinished, inputs))
-        if not resuming and (replaced := run_checkpoint(store)) is not None:
-            if not abandon_unfinished and run_guard.can_still_resume(replaced):
-                raise ConfigError(run_guard.abandon_message(replaced, state))
-            err.print(f"[yellow]warning[/]: {run_guard.abandoned_note(replaced, named)}")
-        if resuming and named is not None and (cut := rewind_events(store, named)):
-            err.out(f"{named}: cut {cut:,} bytes of events of batches the state does not hold; deciding them again")
-        earlier = earlier_events(store) if resuming and events is not None else None
-        if earlier is not None and (named is None or earlier != named.resolve()):
-            cut = rewind_events(store, earlier)  # its tail is decided again, into this run's events
-            err.print(f"[yellow]note[/]: {run_guard.resumed_elsewhere_note(earlier, events or '-', cut)}")
         events_out = open_out(stack, events, "ab" if resuming else "wb")
         events_file = named if named is not None and named.is_file() else None  # not a pipe
         reporter = stack.enter_context(ProgressReporter(err, total_bytes(inputs), enabled=progress))
@@ -380,52 +356,7 @@ def dedupe(
 
 
 app.command()(clusters)
-
-
-@app.command()
-def explain(
-    a: Annotated[str, typer.Argument(help=_EXPLAIN_ARG, metavar="DOC_A")],
-    b: Annotated[str, typer.Argument(help=_EXPLAIN_ARG, metavar="DOC_B")],
-    state: Annotated[
-        Path | None, typer.Option(help=default_help("Look the ids up in this state.", "none: a and b are files"))
-    ] = None,
-    shingle: Annotated[
-        str | None, typer.Option(help=default_help("Shingles when comparing files.", _D.shingle))
-    ] = None,
-    threshold: Annotated[
-        float | None, typer.Option(help=default_help("Threshold when comparing files.", _D.threshold))
-    ] = None,
-    show: Annotated[int, typer.Option(help="How many shared shingles to print.")] = 10,
-) -> None:
-    """Show why two documents are (or are not) duplicates: the engine's rule, Jaccard, shared shingles, bands.
-
-    With --state the texts are stripped of the state's learned boilerplate first, the title guard,
-    min_tokens and the sources' thresholds apply as in the run, and the report says what the run
-    recorded for the pair. Files are judged with the default parameters and the given flags; a
-    JSON file's "title" and "source" are read as a document's.
-    """
-    from stream_dedupe.consoles import stdout_console
-    from stream_dedupe.explain import explain_pair, load_pair, render, state_learner, stored_relation
-
-    if state is not None:
-        store, params, live = open_for_reading(state)
-        if live:
-            from stream_dedupe.cli_state import in_use_note
-
-            err.print(in_use_note(state))
-        try:
-            docs = load_pair(store, a, b)
-            report = explain_pair(params, *docs, (a, b), state_learner(params, store), stored_relation(store, a, b))
-        finally:
-            store.close()
-    else:
-        params = resolve_params(
-            None, {"shingle": ShingleSpec.parse(shingle) if shingle else None, "threshold": threshold}
-        )
-        report = explain_pair(params, *load_pair(None, a, b), (a, b))
-    render(stdout_console(), report, show)
-
-
+app.command()(explain)
 app.command()(expire)
 app.command()(boilerplate)
 app.command()(stats)

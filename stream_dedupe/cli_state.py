@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from stream_dedupe.cli_support import check_outputs, open_existing, open_for_reading, open_out
+from stream_dedupe.config import DedupeParams, ShingleSpec
 from stream_dedupe.consoles import stderr_console
 from stream_dedupe.errors import ConfigError
 from stream_dedupe.options import default_help
@@ -301,3 +302,49 @@ def _size(n: int) -> str:
             return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
         n /= 1000  # type: ignore[assignment]
     raise AssertionError("unreachable")
+
+
+_D = DedupeParams()
+_EXPLAIN_ARG = "Document id (with --state), or a file: text or one JSON document (gzip, bzip2, xz read as such)."
+
+
+def explain(
+    a: Annotated[str, typer.Argument(help=_EXPLAIN_ARG, metavar="DOC_A")],
+    b: Annotated[str, typer.Argument(help=_EXPLAIN_ARG, metavar="DOC_B")],
+    state: Annotated[
+        Path | None, typer.Option(help=default_help("Look the ids up in this state.", "none: a and b are files"))
+    ] = None,
+    shingle: Annotated[
+        str | None, typer.Option(help=default_help("Shingles when comparing files.", _D.shingle))
+    ] = None,
+    threshold: Annotated[
+        float | None, typer.Option(help=default_help("Threshold when comparing files.", _D.threshold))
+    ] = None,
+    show: Annotated[int, typer.Option(help="How many shared shingles to print.")] = 10,
+) -> None:
+    """Show why two documents are (or are not) duplicates: the engine's rule, Jaccard, shared shingles, bands.
+
+    With --state the texts are stripped of the state's learned boilerplate first, the title guard,
+    min_tokens and the sources' thresholds apply as in the run, and the report says what the run
+    recorded for the pair. Files are judged with the default parameters and the given flags; a
+    JSON file's "title" and "source" are read as a document's.
+    """
+    from stream_dedupe.cli import resolve_params
+    from stream_dedupe.consoles import stdout_console
+    from stream_dedupe.explain import explain_pair, load_pair, render, state_learner, stored_relation
+
+    if state is not None:
+        store, params, live = open_for_reading(state)
+        if live:
+            err.print(in_use_note(state))
+        try:
+            docs = load_pair(store, a, b)
+            report = explain_pair(params, *docs, (a, b), state_learner(params, store), stored_relation(store, a, b))
+        finally:
+            store.close()
+    else:
+        params = resolve_params(
+            None, {"shingle": ShingleSpec.parse(shingle) if shingle else None, "threshold": threshold}
+        )
+        report = explain_pair(params, *load_pair(None, a, b), (a, b))
+    render(stdout_console(), report, show)

@@ -15,10 +15,51 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from stream_dedupe.consoles import Output
+from stream_dedupe.embedded import earlier_events, resume_point, rewind_events, run_checkpoint, unfinished_run
+from stream_dedupe.errors import ConfigError
 from stream_dedupe.inputs import identity
+from stream_dedupe.storage.base import KVStore
+
+
+def settle(
+    store: KVStore,
+    state: Path,
+    inputs: list[str],
+    deletions: Sequence[str],
+    events: str | None,
+    abandon_unfinished: bool,
+    console: Output,
+) -> bool:
+    """Check a run against the state's unfinished one and prepare the events files; True if it resumes that one.
+
+    A run that resumes cuts the events files back to the state's last batch (this run's, and the
+    stopped run's when this one writes elsewhere); one that would replace a resumable run, or
+    overwrite the events of one it cannot resume, is refused.
+
+    Raises:
+        ConfigError: the run is refused (the message says what to do).
+
+    """
+    resuming = resume_point(store, inputs, deletions) is not None
+    named = None if events in (None, "-") else Path(str(events))
+    if not resuming and named is not None and (unfinished := unfinished_run(store, named)):
+        raise ConfigError(overwrite_message(named, unfinished, inputs))
+    if not resuming and (replaced := run_checkpoint(store)) is not None:
+        if not abandon_unfinished and can_still_resume(replaced):
+            raise ConfigError(abandon_message(replaced, state))
+        console.print(f"[yellow]warning[/]: {abandoned_note(replaced, named)}")
+    if resuming and named is not None and (cut := rewind_events(store, named)):
+        console.out(f"{named}: cut {cut:,} bytes of events of batches the state does not hold; deciding them again")
+    earlier = earlier_events(store) if resuming and events is not None else None
+    if earlier is not None and (named is None or earlier != named.resolve()):
+        cut = rewind_events(store, earlier)  # its tail is decided again, into this run's events
+        console.print(f"[yellow]note[/]: {resumed_elsewhere_note(earlier, events or '-', cut)}")
+    return resuming
 
 
 def can_still_resume(checkpoint: dict[str, Any]) -> bool:
