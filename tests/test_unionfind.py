@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from stream_dedupe.core.canonical import CanonicalKey, better, choose
 from stream_dedupe.core.unionfind import MemoryClusterStore, UnionFind
+from stream_dedupe.model import ClusterInfo
 
 ids = st.sampled_from([f"d{i:02d}" for i in range(16)])
 keys = st.builds(CanonicalKey, ids, st.integers(0, 5), st.one_of(st.none(), st.integers(0, 3)))
@@ -74,3 +75,29 @@ def test_canonical_rules() -> None:
     assert better(CanonicalKey("b", 10, 5), CanonicalKey("a", 10, 4)).doc_id == "b"  # then most recent
     assert better(CanonicalKey("b", 10, 0), CanonicalKey("a", 10, None)).doc_id == "b"  # unknown is oldest
     assert better(CanonicalKey("b", 10, 4), CanonicalKey("a", 10, 4)).doc_id == "a"  # then smallest id
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(ids, ids), max_size=30), st.lists(ids, max_size=20))
+def test_roots_of_equals_a_find_of_each_with_the_same_writes(edges: list[tuple[str, str]], asked: list[str]) -> None:
+    """The engine's shortcut for the many matches of one cluster: same roots, same path compression."""
+    import copy
+
+    store = MemoryClusterStore()
+    for n in {n for e in edges for n in e} | set(asked):
+        store.keys[n] = CanonicalKey(n, 1, None)
+    uf = UnionFind(store)
+    for a, b in edges:
+        uf.union_roots(*_roots_with_info(uf, a), *_roots_with_info(uf, b))  # no find of a or b after: long paths stay
+    one_by_one = copy.deepcopy(store)
+    reference = UnionFind(one_by_one)
+    expected = list(dict.fromkeys(reference.find(n) for n in asked))
+    assert uf.roots_of(asked) == expected
+    assert store.parents == one_by_one.parents
+
+
+def _roots_with_info(uf: UnionFind, doc_id: str) -> tuple[str, ClusterInfo]:
+    root = doc_id
+    while (parent := uf.store.get_parent(root)) is not None:  # the root, without compressing the path
+        root = parent
+    return root, uf.info(root)

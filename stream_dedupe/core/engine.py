@@ -448,12 +448,10 @@ class DedupeEngine:
         """Union ``doc_id`` with its matches and store the edges; the cluster events, and its cluster now."""
         state, uf = self.state, self.uf
         before: dict[str, ClusterInfo] = {}
-        for other, _, _ in matches:
-            root = uf.find(other)
-            before.setdefault(root, uf.info(root))
+        for root in uf.roots_of(other for other, _, _ in matches):  # N near copies of a cluster: one root
+            before[root] = uf.info(root)
         state.put_edges(doc_id, list(matches))  # a new or just-detached document has no edges yet
-        for other, similarity, exact in matches:
-            state.add_edges(other, [(doc_id, similarity, exact)])
+        state.add_edge_to_each(doc_id, matches)
         # One union per cluster joined, not per match (a cluster of N near copies: N). The records
         # read above stay current (each union only grows the document's own cluster); the document
         # is found before each union and after the last, compressing its path as union() and

@@ -9,6 +9,7 @@ clusters do not depend on arrival order. Documents that were never merged have n
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -71,6 +72,20 @@ class UnionFind:
         for member in path[:-1]:
             self.store.set_parent(member, node)
         return node
+
+    def roots_of(self, doc_ids: Iterable[str]) -> list[str]:
+        """The distinct roots of ``doc_ids``, in the order first met: :meth:`find` of each, with the same writes.
+
+        A document whose parent is a root already met (every member of a compressed cluster)
+        is not looked up again: :meth:`find` would return that root and compress nothing.
+        """
+        roots: dict[str, None] = {}
+        get_parent = self.store.get_parent
+        for doc_id in doc_ids:
+            parent = get_parent(doc_id)
+            if (doc_id if parent is None else parent) not in roots:
+                roots.setdefault(self.find(doc_id))
+        return list(roots)
 
     def info(self, root: str) -> ClusterInfo:
         """The cluster record of a root (synthesised for a singleton)."""

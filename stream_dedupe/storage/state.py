@@ -310,6 +310,19 @@ class StateView(BatchOverlay):
         if near is not None:
             near.extend(edge for edge in added if not edge[2])
 
+    def add_edge_to_each(self, doc_id: str, pairs: Sequence[Edge]) -> None:
+        """:meth:`add_edges` of ``(doc_id, similarity, exact)`` to each ``(other, similarity, exact)`` of ``pairs``.
+
+        A near copy in a large cluster has hundreds of pairs: one call for all of them.
+        """
+        append, near_lists = self._append, self._near
+        for other, similarity, exact in pairs:
+            key = _key(other)
+            edge = (doc_id, float(similarity), bool(exact))
+            append("edges", key, [edge], _decode_edges)
+            if not edge[2] and (near := near_lists.get(key)) is not None:
+                near.append(edge)  # held only for a list decoded this batch: appended in place above
+
     def near_edges(self, doc_id: str) -> list[Edge]:
         """A document's verified pairs that are not exact-content ones (the caller must not modify the list).
 
