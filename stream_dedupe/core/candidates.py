@@ -65,28 +65,38 @@ def verify_candidates(
 
     The engine's decisions and the read-only query (:mod:`stream_dedupe.api_query`) both verify here.
     """
-    mixed = bool(params.source_thresholds)
-    kept: list[str] = []
-    thresholds: list[float] = []
-    for other in sorted(candidates):
-        threshold = params.decision_threshold
-        if mixed or item.title_key is not None:
-            other_record = state.doc(other)
-            assert other_record is not None, f"LSH candidate {other!r} has no record in the state"
-            if titles_disagree(item.title_key, other_record.title_key):
-                counters["title_rejections"] += 1
-                counters["rejected_candidates"] += 1
-                continue
-            threshold = params.pair_decision_threshold(item.doc.source, other_record.source)
-        kept.append(other)
-        thresholds.append(threshold)
+    kept = sorted(candidates)
+    thresholds = [params.decision_threshold] * len(kept)
+    if params.source_thresholds or item.title_key is not None:  # each pair's own rules: read its record
+        kept, thresholds = _pair_rules(item, kept, state, params, counters)
     matches: list[Match] = []
+    rejected = 0
     for other, threshold, similarity in zip(kept, thresholds, similarities_to(item, kept, state), strict=True):
         if similarity >= threshold:
             matches.append((other, similarity, False))
         else:
-            counters["rejected_candidates"] += 1
+            rejected += 1
+    if rejected:
+        counters["rejected_candidates"] += rejected
     return matches
+
+
+def _pair_rules(
+    item: Prepared, others: list[str], state: StateView, params: DedupeParams, counters: Counter[str]
+) -> tuple[list[str], list[float]]:
+    """The candidates the title guard lets through, and the threshold of each pair's sources."""
+    kept: list[str] = []
+    thresholds: list[float] = []
+    for other in others:
+        other_record = state.doc(other)
+        assert other_record is not None, f"LSH candidate {other!r} has no record in the state"
+        if titles_disagree(item.title_key, other_record.title_key):
+            counters["title_rejections"] += 1
+            counters["rejected_candidates"] += 1
+            continue
+        kept.append(other)
+        thresholds.append(params.pair_decision_threshold(item.doc.source, other_record.source))
+    return kept, thresholds
 
 
 def titles_disagree(mine: str | None, theirs: str | None) -> bool:
