@@ -80,6 +80,36 @@ def test_dashboard_structure_and_every_query_names_an_exported_metric() -> None:
             assert used <= exported, (panel["title"], used - exported)
 
 
+def test_dashboard_shows_one_deployment_and_its_queries_parse(tmp_path: Path) -> None:
+    """Every series is scoped to the chosen job (and namespace, service): two apps, or an embedded
+    state's `stats --prometheus` file, are not added together; every query is valid PromQL."""
+    import yaml
+
+    dashboard = json.loads((DEPLOY / "grafana" / "stream-dedupe.json").read_text())
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert {"datasource", "job", "namespace", "service"} <= set(variables)
+    assert variables["namespace"]["allValue"] == variables["service"]["allValue"] == ".*"
+    values = {"$job": "stream-dedupe", "$namespace": ".*", "$service": ".*", "$__rate_interval": "1m"}
+    rules = []
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            expr = target["expr"]
+            selectors = re.findall(r"\bstream_dedupe_[a-z_]+(\{[^}]*\})?", expr)
+            assert selectors and all(
+                s.startswith('{job="$job", namespace=~"$namespace", service=~"$service"') for s in selectors
+            ), expr
+            for name, value in values.items():
+                expr = expr.replace(name, value)
+            rules.append({"record": f"dashboard:query:{len(rules)}", "expr": expr})
+    path = tmp_path / "dashboard-queries.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    check = subprocess.run([promtool(), "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+    for title, steps in (("Workers deciding (must be 1)", 3), ("Workers ready", 2)):
+        (panel,) = [p for p in dashboard["panels"] if p["title"] == title]
+        assert len(panel["fieldConfig"]["defaults"]["thresholds"]["steps"]) == steps, title
+
+
 def test_recognized_recrawls_are_counted_apart_from_signing() -> None:
     """A re-crawl recognized by its fingerprint used no signature: not 'signed by the decide stage'."""
     from collections import Counter

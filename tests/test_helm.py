@@ -334,7 +334,7 @@ def test_service_monitor_and_prometheus_rule(tmp_path: Path) -> None:
         assert set(obj) == {"apiVersion", "kind", "metadata", "spec"}
         assert obj["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     spec = monitor["spec"]
-    assert set(spec) <= {"jobLabel", "selector", "namespaceSelector", "endpoints"}
+    assert set(spec) <= {"selector", "namespaceSelector", "endpoints"}
     assert spec["selector"]["matchLabels"].items() <= metrics_svc["metadata"]["labels"].items()
     headless = one(docs, "Service", "-headless")  # scraping it too would count every worker twice
     assert not spec["selector"]["matchLabels"].items() <= headless["metadata"]["labels"].items()
@@ -342,9 +342,14 @@ def test_service_monitor_and_prometheus_rule(tmp_path: Path) -> None:
     (endpoint,) = spec["endpoints"]
     assert endpoint["port"] == metrics_svc["spec"]["ports"][0]["name"] and endpoint["path"] == "/metrics"
     assert re.fullmatch(r"[0-9]+s", endpoint["interval"]) and re.fullmatch(r"[0-9]+s", endpoint["scrapeTimeout"])
-    # The alerts select job="stream-dedupe": the job label comes from the Service label jobLabel names.
-    assert metrics_svc["metadata"]["labels"][spec["jobLabel"]] == "stream-dedupe"
-    assert 'job="stream-dedupe"' in ALERTS.read_text()
+    # The alerts select job="stream-dedupe": the endpoint sets it, whatever the Service's labels.
+    assert endpoint["relabelings"] == [{"action": "replace", "targetLabel": "job", "replacement": "stream-dedupe"}]
+    assert 'up{job="stream-dedupe"}' in ALERTS.read_text()
+    renamed = yaml.safe_load_all(
+        template("--set", "nameOverride=crawl-dedupe", "--set", "metrics.serviceMonitor.enabled=true").stdout
+    )
+    (renamed_monitor,) = [d for d in renamed if d and d["kind"] == "ServiceMonitor"]
+    assert renamed_monitor["spec"]["endpoints"][0]["relabelings"] == endpoint["relabelings"]
     # The rules are deploy/prometheus/alerts.yaml's worker groups, unchanged (templates not expanded
     # by helm); the embedded command's group (alerts on `stats --prometheus` files) is left out.
     assert set(rule["spec"]) == {"groups"}
@@ -361,8 +366,11 @@ def test_service_monitor_and_prometheus_rule(tmp_path: Path) -> None:
 
 
 def test_packaged_chart_carries_the_alerts_file(tmp_path: Path) -> None:
-    # files/alerts.yaml is a link to deploy/prometheus/alerts.yaml: `helm package` stores its content.
-    assert (CHART / "files" / "alerts.yaml").resolve() == ALERTS.resolve()
+    # files/alerts.yaml is a copy of deploy/prometheus/alerts.yaml (a link made every helm command
+    # warn, and a checkout without links fails the chart)
+    copy = CHART / "files" / "alerts.yaml"
+    assert not copy.is_symlink()
+    assert copy.read_bytes() == ALERTS.read_bytes(), "cp deploy/prometheus/alerts.yaml helm/stream-dedupe/files/"
     proc = helm("package", ".", "--destination", tmp_path)
     assert proc.returncode == 0, proc.stderr
     (archive,) = tmp_path.glob("stream-dedupe-*.tgz")

@@ -37,17 +37,21 @@ async def _in_thread(port: int, path: str) -> tuple[int, bytes]:
 
 def test_health_readiness_and_broker_gauges_before_the_app(tmp_path: Path) -> None:
     port = _free_port()
-    settings = WorkerSettings(state_dir=tmp_path / "s", web_port=port)
+    settings = WorkerSettings(state_dir=tmp_path / "s", web_port=port, index_shards=3, standby_replicas=1)
     loop = asyncio.new_event_loop()
     try:
         with serving_while_starting(loop, settings) as server:
             loop.run_until_complete(asyncio.sleep(0.3))
             status, body = loop.run_until_complete(_in_thread(port, "/healthz"))
             assert status == 200 and json.loads(body)["phase"] == WAITING
+            assert body.startswith(b'{"status":"starting","phase":')  # compact, as Faust's server writes it
             status, body = loop.run_until_complete(_in_thread(port, "/readyz"))
             assert status == 503 and json.loads(body)["broker"]["connected"] is False
             metrics = loop.run_until_complete(_in_thread(port, "/metrics"))[1].decode()
             assert "stream_dedupe_ready 0.0" in metrics and "stream_dedupe_broker_connected 0.0" in metrics
+            # the configured shards and copies (not 0 at each restart), and no standby following yet (-1)
+            assert "stream_dedupe_index_shards 3.0" in metrics and "stream_dedupe_standby_replicas 1.0" in metrics
+            assert "stream_dedupe_standby_lag_records -1.0" in metrics
             waited = float(re.search(r"^stream_dedupe_broker_last_contact_seconds (\S+)$", metrics, re.MULTILINE)[1])  # type: ignore[index]
             assert waited >= 0.3
             assert loop.run_until_complete(_in_thread(port, "/table/state-docs/"))[0] == 404

@@ -152,6 +152,7 @@ class WorkerMetrics:
             "Changelog records this worker's standby copy has not applied yet (-1: not following).",
             registry=r,
         )
+        self.standby_lag.set(-1)  # until the worker follows the changelogs as a standby
         self.ready = Gauge(
             "stream_dedupe_ready", "1 while the worker is ready (signing; deciding if it owns the index).", registry=r
         )

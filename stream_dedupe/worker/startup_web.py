@@ -18,6 +18,7 @@ before the app binds the port:
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,6 +38,11 @@ WAITING = "waiting for the broker"
 RESTORING = "restoring the state from the changelogs"
 
 
+def _compact(value: Any) -> str:
+    """JSON without spaces, as Faust's web server writes it (one format for a client matching the body)."""
+    return json.dumps(value, separators=(",", ":"))
+
+
 class StartupServer:
     """The worker's health and metrics endpoints before its Faust app starts.
 
@@ -46,7 +52,7 @@ class StartupServer:
 
     """
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, index_shards: int = 1, standby_replicas: int = 0) -> None:
         self.host, self.port = host, port
         self.phase = WAITING
         self.started_at = self._waiting_since = time.monotonic()
@@ -54,6 +60,9 @@ class StartupServer:
         # the worker's own metric definitions (the same names and help), at their start values
         self.metrics = WorkerMetrics()
         self.metrics.ready.set(0)
+        # the configured values, as the app sets them: a dashboard line does not drop to 0 at each restart
+        self.metrics.index_shards.set(index_shards)
+        self.metrics.standby_replicas.set(standby_replicas)
 
     def broker_reached(self) -> None:
         """The topics are checked: the broker answers; the state is restored next."""
@@ -68,11 +77,11 @@ class StartupServer:
 
     async def _healthz(self, request: web.Request) -> web.Response:
         uptime = round(time.monotonic() - self.started_at, 3)
-        return web.json_response({"status": "starting", "phase": self.phase, "uptime_seconds": uptime})
+        return web.json_response({"status": "starting", "phase": self.phase, "uptime_seconds": uptime}, dumps=_compact)
 
     async def _readyz(self, request: web.Request) -> web.Response:
         body = {"ready": False, "phase": self.phase, "broker": self._broker()}
-        return web.json_response(body, status=503)
+        return web.json_response(body, status=503, dumps=_compact)
 
     async def _metrics(self, request: web.Request) -> web.Response:
         self._broker()
@@ -103,7 +112,7 @@ def serving_while_starting(loop: asyncio.AbstractEventLoop, settings: WorkerSett
         WorkerConfigError: if the port is taken (the app could not serve on it either).
 
     """
-    server = StartupServer(settings.web_host, settings.web_port)
+    server = StartupServer(settings.web_host, settings.web_port, settings.index_shards, settings.standby_replicas)
     try:
         loop.run_until_complete(server.start())
     except OSError as exc:
