@@ -212,4 +212,19 @@ def test_prometheus_scrapes_worker_and_loads_alert_rules(
     assert 0 < total(share) < 1
     firing = [a["labels"]["alertname"] for a in prom.get("/api/v1/alerts")["data"]["alerts"]]
     assert "StreamDedupeWorkerDown" not in firing
+
+    # the dashboard's job variable finds this worker, and each of its queries, scoped to it, runs
+    dashboard = json.loads((REPO / "deploy" / "grafana" / "stream-dedupe.json").read_text())
+    assert JOB in prom.get("/api/v1/label/job/values", **{"match[]": "stream_dedupe_decider"})["data"]
+    values = {"$job": JOB, "$namespace": ".*", "$service": ".*"}
+    answered = 0
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            expr = target["expr"]
+            for name, value in values.items():
+                expr = expr.replace(name, value)
+            result = prom.get("/api/v1/query", query=expr)
+            assert result["status"] == "success", (panel["title"], expr, result)
+            answered += bool(result["data"]["result"])
+    assert answered >= 10  # the throughput, lag, clusters, state and worker panels have this worker's data
     assert w.stop() == 0
