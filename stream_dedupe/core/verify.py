@@ -9,6 +9,7 @@ large cluster has hundreds of candidates; BENCHMARKS.md, "Verification a documen
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import accumulate
 
 import numpy as np
 
@@ -115,22 +116,20 @@ def exact_jaccard(set_a: np.ndarray, set_b: np.ndarray) -> float:
 STORED = np.dtype("<u4")
 
 
-def _joined(raws: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
-    """The stored arrays ``raws`` (:data:`STORED` bytes) as one array and the end offset of each."""
-    lengths = np.fromiter(map(len, raws), dtype=np.int64, count=len(raws))
-    return np.frombuffer(b"".join(raws), dtype=STORED), np.cumsum(lengths // STORED.itemsize)
-
-
 def exact_jaccards(set_a: np.ndarray, raws: Sequence[bytes]) -> list[float]:
     """:func:`exact_jaccard` of ``set_a`` and each stored shingle set (its :data:`STORED` bytes).
 
     One kernel call for all of them; equal, float for float, to one :func:`exact_jaccard` a set.
+    The call costs ~10 us more than one pair's (measured: it pays from about five sets on).
     """
-    flat, ends = _joined(raws)
-    fits = set_a.dtype == STORED and set_a.ndim == 1
-    counts = _sorted_intersections(set_a, flat, ends) if fits else np.full(len(raws), -1)
+    ends = list(accumulate(len(raw) >> 2 for raw in raws))  # 4-byte values
+    flat = np.frombuffer(b"".join(raws), dtype=STORED)
+    if set_a.dtype == STORED and set_a.ndim == 1:
+        counts = _sorted_intersections(set_a, flat, np.array(ends, dtype=np.int64)).tolist()
+    else:
+        counts = [-1] * len(raws)
     size_a, start, out = int(set_a.size), 0, []
-    for inter, end in zip(counts.tolist(), ends.tolist(), strict=True):
+    for inter, end in zip(counts, ends, strict=True):
         if inter < 0:  # not sorted and unique: exact_jaccard's general answer
             out.append(exact_jaccard(set_a, flat[start:end]))
         elif size_a == 0 and end == start:
