@@ -35,17 +35,11 @@ def _sorted_intersection_pure(a: np.ndarray, b: np.ndarray) -> int:
     return int(np.intersect1d(a, b, assume_unique=True).size)
 
 
-@njit(cache=True, pure=_sorted_intersection_pure)
-def _sorted_intersection(a: np.ndarray, b: np.ndarray) -> int:  # pragma: no cover - jit
-    """Size of the intersection of two strictly increasing arrays (one merge); -1 if one is not."""
-    i = j = found = 0
-    for k in range(1, a.shape[0]):
-        if a[k] <= a[k - 1]:
-            return -1
-    for k in range(1, b.shape[0]):
-        if b[k] <= b[k - 1]:
-            return -1
-    while i < a.shape[0] and j < b.shape[0]:
+@njit(cache=True, inline="always")
+def _merged(a: np.ndarray, b: np.ndarray, start: int, end: int) -> int:  # pragma: no cover - jit
+    """How many values ``a`` and ``b[start:end]`` share, both strictly increasing (one merge)."""
+    i, j, found = 0, start, 0
+    while i < a.shape[0] and j < end:
         if a[i] == b[j]:
             found += 1
             i += 1
@@ -55,6 +49,18 @@ def _sorted_intersection(a: np.ndarray, b: np.ndarray) -> int:  # pragma: no cov
         else:
             j += 1
     return found
+
+
+@njit(cache=True, pure=_sorted_intersection_pure)
+def _sorted_intersection(a: np.ndarray, b: np.ndarray) -> int:  # pragma: no cover - jit
+    """Size of the intersection of two strictly increasing arrays (one merge); -1 if one is not."""
+    for k in range(1, a.shape[0]):
+        if a[k] <= a[k - 1]:
+            return -1
+    for k in range(1, b.shape[0]):
+        if b[k] <= b[k - 1]:
+            return -1
+    return _merged(a, b, 0, b.shape[0])
 
 
 def _sorted_intersections_pure(a: np.ndarray, flat: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -83,19 +89,7 @@ def _sorted_intersections(a: np.ndarray, flat: np.ndarray, ends: np.ndarray) -> 
             if flat[k] <= flat[k - 1]:
                 found = -1
                 break
-        if found == 0:
-            i = 0
-            j = start
-            while i < a.shape[0] and j < end:
-                if a[i] == flat[j]:
-                    found += 1
-                    i += 1
-                    j += 1
-                elif a[i] < flat[j]:
-                    i += 1
-                else:
-                    j += 1
-        out[s] = found
+        out[s] = _merged(a, flat, start, end) if found == 0 else found
         start = end
     return out
 
