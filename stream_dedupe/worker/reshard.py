@@ -9,8 +9,10 @@ where ``A`` stopped: its stored input positions say which input records are deci
 group ``<B>-sign`` starts at them, and the events, deduped and DLQ topics are the same topics.
 Start ``B``'s workers with ``--app-id B --index-shards S``; delete ``A``'s topics when ``B`` runs.
 
-Refused when ``A`` stopped in the middle of a batch (a journal in its meta, or shards behind the
-decider's last commit): start one worker of ``A`` until it is ready, which finishes the batch.
+Refused while a worker of ``A`` runs (a member of its consumer groups: a copy taken meanwhile
+would not go on from it), and when ``A`` stopped in the middle of a batch (a journal in its meta,
+or shards behind the decider's last commit): start one worker of ``A`` until it is ready, which
+finishes the batch.
 """
 
 from __future__ import annotations
@@ -73,13 +75,26 @@ async def reshard_app(source: WorkerSettings, target: WorkerSettings) -> dict[st
         Records copied per kind.
 
     Raises:
-        ReshardError: if the source has no state, stopped mid-batch, or the target exists.
+        ReshardError: if the source runs, has no state or stopped mid-batch, or the target exists.
 
     """
     from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 
     if source.app_id == target.app_id:
         raise ReshardError("--from-app and --to-app are the same: give the copy a new app id")
+    live = await _live_members(source)
+    if live:
+        raise ReshardError(
+            f"app {source.app_id} is running ({', '.join(f'{n} member(s) in group {g}' for g, n in live.items())}): "
+            "stop every worker of it first, then run this again (its state changes while it runs, and a copy "
+            "taken meanwhile would not go on from it; a worker killed a moment ago stays a member until its "
+            "session times out, about 10 s)"
+        )
+    if not await _has_records(source, changelog_topic(source, "meta")):
+        raise ReshardError(
+            f"app {source.app_id} has no state on {source.bootstrap} (no records in "
+            f"{changelog_topic(source, 'meta')}): check --from-app and --broker"
+        )
     meta = await _final(source, changelog_topic(source, "meta"), 0)
     if b"params" not in meta:
         raise ReshardError(f"app {source.app_id} has no state (its meta changelog is empty): nothing to copy")
@@ -254,6 +269,28 @@ async def _has_records(settings: WorkerSettings, topic: str) -> bool:
         return bool((await consumer.end_offsets([tp]))[tp])
     finally:
         await consumer.stop()
+
+
+async def _live_members(settings: WorkerSettings) -> dict[str, int]:
+    """Members of the app's Faust consumer group (every running worker is one), by group; {} if none.
+
+    Only that group is described: aiokafka cannot decode the description of a group of its own
+    consumers (the sign stage's) from this broker. A failed look-up is logged and taken as none.
+    """
+    from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
+
+    from stream_dedupe.worker.admin import connect_admin
+
+    admin = await connect_admin(settings.bootstrap, 30, settings=settings)
+    try:
+        responses = await admin.describe_consumer_groups([settings.app_id])
+    except (KafkaError, ValueError) as exc:
+        log.warning("cannot tell whether app %s runs (%r): stop every worker of it first", settings.app_id, exc)
+        return {}
+    finally:
+        await admin.close()
+    # each group: (error, group, state, protocol type, protocol, members, ...)
+    return {g[1]: len(g[5]) for r in responses for g in r.groups if g[1] == settings.app_id and g[5]}
 
 
 async def _seed_sign_group(target: WorkerSettings, meta: dict[bytes, bytes]) -> None:

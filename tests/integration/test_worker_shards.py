@@ -185,11 +185,20 @@ def test_worker_reshard_copies_a_stopped_deployment_that_goes_on_exactly(
         w.wait_ready(120)
     produce(broker.bootstrap, names.input, keyed[:900])
     consume(broker.bootstrap, names.events, until=n_document_events(900), timeout=180, idle=1)
+    topics = ["--input-topic", names.input, "--events-topic", names.events, "--deduped-topic", names.deduped]
+    flags = ["--broker", broker.bootstrap, *topics, "--dlq-topic", names.dlq, "--input-partitions", "3"]
+    # a running deployment is not copied (its state moves on); an app with no state says so at once
+    running = run_cli("worker-reshard", "--from-app", names.app_id, "--to-app", f"{names.prefix}-early",
+                      "--index-shards", "3", *flags, timeout=120)  # fmt: skip
+    assert running.returncode == 2 and f"app {names.app_id} is running" in running.stderr, running.stderr
+    missing = run_cli("worker-reshard", "--from-app", f"{names.prefix}-nosuch", "--to-app", f"{names.prefix}-x",
+                      "--index-shards", "2", *flags, timeout=120)  # fmt: skip
+    assert missing.returncode == 2 and "has no state" in missing.stderr and "Traceback" not in missing.stderr
+    assert len(missing.stderr) < 2000, missing.stderr[-2000:]  # no page of "topic not found" lines
     for w in old:
         assert w.stop() == 0
     copy = Names(names.prefix)  # the same topics, another app id
     copy.app_id = f"{names.prefix}-copy"
-    topics = ["--input-topic", names.input, "--events-topic", names.events, "--deduped-topic", names.deduped]
     result = run_cli(
         "worker-reshard", "--from-app", names.app_id, "--to-app", copy.app_id, "--index-shards", "3",
         "--broker", broker.bootstrap, *topics, "--dlq-topic", names.dlq, "--input-partitions", "3",
