@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from stream_dedupe.api_params import params_overrides
-from stream_dedupe.api_query import QueryPath, document_minhash, query_document
+from stream_dedupe.api_query import QueryPath, document_minhash, input_problem, query_document
 from stream_dedupe.api_types import (
     Cluster,
     Decision,
@@ -42,7 +42,7 @@ from stream_dedupe.config import DedupeParams, RuntimeLimits
 from stream_dedupe.core.engine import DedupeEngine, stored_params
 from stream_dedupe.core.events import Event
 from stream_dedupe.core.layout import resolve
-from stream_dedupe.core.records import Deletion, Document, Record, parse_document
+from stream_dedupe.core.records import Deletion, Document, Invalid, ParseLimits, Record, parse_document
 from stream_dedupe.errors import ConfigError, StateError
 from stream_dedupe.explain import PairReport, explain_pair, load_pair, stored_relation
 from stream_dedupe.exports import iter_canonical_documents, iter_clusters
@@ -284,15 +284,17 @@ class Deduper:
             ConfigError: if a document is invalid (not a string ``text``, a bad ``updated_at``).
 
         """
-        self._live()
+        limits = ParseLimits(max_doc_bytes=self._live().limits.max_doc_bytes)  # as add() parses
         parsed: list[Document] = []
         given: list[str | None] = []
+        problems: list[Invalid | None] = []
         for doc in iter_documents(docs):
             mapping = {"text": doc} if isinstance(doc, str) else dict(to_mapping(doc))
             doc_id = mapping.get("id")
             parsed.append(query_document(mapping, doc_id))
             given.append(doc_id)
-        return self._query.query(parsed, given) if parsed else []
+            problems.append(input_problem(mapping, limits))
+        return self._query.query(parsed, given, problems) if parsed else []
 
     def minhash(self, text: str, source: str | None = None) -> MinHash:
         """The document's MinHash as a ``datasketch.MinHash``, bit-identical to the index's.

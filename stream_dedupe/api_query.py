@@ -30,6 +30,7 @@ from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import orjson
 
 from stream_dedupe.api_shadow import shadow_engine
 from stream_dedupe.api_types import Decision, Match, QueryResult
@@ -39,7 +40,7 @@ from stream_dedupe.core.canonical import CanonicalKey, better
 from stream_dedupe.core.cover import Assignment, Order, StateCoverGraph, decide_one, order_key
 from stream_dedupe.core.engine import DedupeEngine
 from stream_dedupe.core.hidden_pairs import HiddenPairs
-from stream_dedupe.core.records import Document, parse_timestamp
+from stream_dedupe.core.records import Document, Invalid, ParseLimits, parse_document, parse_timestamp
 from stream_dedupe.core.unionfind import UnionFind
 from stream_dedupe.core.verify import estimated_jaccard
 from stream_dedupe.errors import ConfigError
@@ -72,6 +73,18 @@ def query_document(mapping: Mapping[str, Any], doc_id: str | None) -> Document:
     except ValueError as exc:
         raise ConfigError(f"updated_at {updated!r} is not RFC 3339 with a time zone") from exc
     return Document(doc_id or NO_ID, text, updated_us, source, b"", title)
+
+
+def input_problem(mapping: Mapping[str, Any], limits: ParseLimits) -> Invalid | None:
+    """The ``invalid`` outcome the engine's input would give this queried document, or None.
+
+    Only a document with an id is checked as a record (an empty or too long id, too much
+    metadata): one without is a question about its text alone.
+    """
+    if mapping.get("id") is None:
+        return None
+    record = parse_document(orjson.dumps(dict(mapping)), limits.max_doc_bytes, limits)
+    return record if isinstance(record, Invalid) else None
 
 
 class _GraphWithQuery:
@@ -113,8 +126,21 @@ class QueryPath:
     def __init__(self, engine: DedupeEngine) -> None:
         self.engine = engine
 
-    def query(self, docs: list[Document], ids: list[str | None]) -> list[QueryResult]:
-        """The would-be decision of each document, against the committed state."""
+    def query(
+        self, docs: list[Document], ids: list[str | None], problems: list[Invalid | None] | None = None
+    ) -> list[QueryResult]:
+        """The would-be decision of each document, against the committed state.
+
+        ``problems``: each document's :func:`input_problem`; one that has a problem is answered
+        ``invalid`` with its reason, as the engine's input would decide it.
+        """
+        results = self._query(docs, ids)
+        for i, problem in enumerate(problems or ()):
+            if problem is not None:
+                results[i] = QueryResult(Decision("invalid", ids[i], reason=problem.reason, detail=problem.detail), ())
+        return results
+
+    def _query(self, docs: list[Document], ids: list[str | None]) -> list[QueryResult]:
         engine = self.engine
         texts = [d.text for d in docs]
         learner = engine.boilerplate

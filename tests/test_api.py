@@ -335,3 +335,20 @@ def test_a_sharded_state_answers_as_an_unsharded_one(tmp_path: Path) -> None:
     assert outcomes[0] == outcomes[1]
     with Deduper.open(tmp_path / "sharded") as dd:  # reopened with its shards
         assert [comparable(d) for d in dd.add_many(docs[150:])]
+
+
+def test_query_of_a_record_the_input_refuses_answers_invalid_as_add_does() -> None:
+    """An empty or too long id, or too much metadata: the query answers what add() then decides
+    (an outside walk-through got `new` from the worker's query endpoint for each)."""
+    body = " ".join(f"word{i}" for i in range(40))
+    refused = [
+        {"id": "", "text": body},
+        {"id": "x" * 600, "text": body},
+        {"id": "m", "text": body, "metadata": {str(i): i for i in range(1500)}},
+    ]
+    with Deduper.memory() as dd:
+        asked = dd.query_many(refused)
+        added = dd.add_many(refused)
+        assert [(a.decision.kind, a.decision.reason) for a in asked] == [(d.kind, d.reason) for d in added]
+        assert [d.reason for d in added] == ["missing-id", "id-too-long", "metadata-too-large"]
+        assert dd.query_many([{"text": body}])[0].decision.kind == "new"  # no id: a question about the text

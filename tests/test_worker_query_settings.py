@@ -129,3 +129,12 @@ def test_a_port_in_use_is_refused_at_start() -> None:
             _bind("127.0.0.1", port)
     sock = _bind("127.0.0.1", 0)
     sock.close()
+
+
+def test_the_endpoint_checks_a_document_with_an_id_as_the_worker_input_does() -> None:
+    from stream_dedupe.core.records import ParseLimits
+    from stream_dedupe.worker.query_http import parse_request
+
+    body = orjson.dumps([{"id": "", "text": "a b c"}, {"id": "x" * 600, "text": "a b c"}, {"text": "a b c"}])
+    _, _, _, problems = parse_request(body, 5, ParseLimits())
+    assert [p.reason if p else None for p in problems] == ["missing-id", "id-too-long", None]

@@ -37,8 +37,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from stream_dedupe.api_query import QueryPath, query_document
+from stream_dedupe.api_query import QueryPath, input_problem, query_document
 from stream_dedupe.api_types import QueryResult
+from stream_dedupe.core.records import Invalid, ParseLimits
 from stream_dedupe.errors import ConfigError
 from stream_dedupe.worker.errors import WorkerConfigError
 from stream_dedupe.worker.query_config import read_query_token
@@ -77,6 +78,19 @@ def parse_body(body: bytes, max_docs: int) -> tuple[list[Any], list[str | None],
         QueryRejected: 400, with what to send instead.
 
     """
+    docs, ids, single, _ = parse_request(body, max_docs)
+    return docs, ids, single
+
+
+def parse_request(
+    body: bytes, max_docs: int, limits: ParseLimits | None = None
+) -> tuple[list[Any], list[str | None], bool, list[Invalid | None]]:
+    """:func:`parse_body`, and each document's :func:`~stream_dedupe.api_query.input_problem` under ``limits``.
+
+    Raises:
+        QueryRejected: 400, with what to send instead.
+
+    """
     try:
         value = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -89,7 +103,7 @@ def parse_body(body: bytes, max_docs: int) -> tuple[list[Any], list[str | None],
         raise QueryRejected(
             400, f"{len(items)} documents in one request; at most {max_docs} (query_max_docs): split the list"
         )
-    docs, ids = [], []
+    docs, ids, problems = [], [], []
     for i, item in enumerate(items):
         where = "the document" if single else f"document {i}"
         if not isinstance(item, dict):
@@ -103,7 +117,8 @@ def parse_body(body: bytes, max_docs: int) -> tuple[list[Any], list[str | None],
         except ConfigError as exc:
             raise QueryRejected(400, f"{where}: {exc}") from None
         ids.append(doc_id)
-    return docs, ids, single
+        problems.append(None if limits is None else input_problem(item, limits))
+    return docs, ids, single, problems
 
 
 class QueryServer:
@@ -185,7 +200,9 @@ class QueryServer:
             raise QueryRejected(
                 408, f"the body did not arrive within query_timeout ({self.rt.settings.query_timeout}s): send it whole"
             ) from None
-        docs, ids, single = parse_body(body, self.rt.settings.query_max_docs)
+        docs, ids, single, problems = parse_request(
+            body, self.rt.settings.query_max_docs, self.rt.settings.parse_limits()
+        )
         rt = self.rt
         if not self.deciding():
             raise self._not_deciding()
@@ -200,7 +217,7 @@ class QueryServer:
             engine = rt.engine
             if engine is None or not rt.gate.is_set() or not self.deciding():
                 raise self._not_deciding()
-            results = QueryPath(engine).query(docs, ids)
+            results = QueryPath(engine).query(docs, ids, problems)
             seq, offset = engine.seq, rt.index_offset
         finally:
             rt.deciding.release()
