@@ -42,7 +42,7 @@ def reshard(source: Path, target: Path, shards: int) -> dict[str, int]:
         Counts: documents, signatures, shingle sets and band entries copied; the shard count.
 
     Raises:
-        ConfigError: if ``target`` is not new or empty, or ``shards`` is below 1.
+        ConfigError: if ``target`` is not new or empty, or nests with ``source``, or ``shards`` is below 1.
 
     """
     from stream_dedupe.cli_support import check_new_state_dir, open_existing
@@ -52,6 +52,12 @@ def reshard(source: Path, target: Path, shards: int) -> dict[str, int]:
     if shards < 1:
         raise ConfigError(f"--index-shards must be 1 (no shards) or more, got {shards}")
     check_new_state_dir(target, "--to")
+    inside = target.resolve().is_relative_to(source.resolve()) or source.resolve().is_relative_to(target.resolve())
+    if inside:
+        raise ConfigError(
+            f"--to {target} and --state {source} nest one inside the other: give the copy a directory of its own "
+            "(beside the state, e.g. its name with a suffix)"
+        )
     store, params = open_existing(source)
     building = partial_dir(target)
     shutil.rmtree(building, ignore_errors=True)  # what an interrupted re-shard into the same target left

@@ -201,6 +201,13 @@ def test_reshard_copies_a_state_that_then_runs_on_exactly_as_the_original(tmp_pa
         refused.returncode == 2
         and f"--to {tmp_path / 'two'} is a stream-dedupe state already".encode() in refused.stderr
     )
+    nested = subprocess.run(
+        [*CLI, "reshard", "--state", str(tmp_path / "plain"), "--to", str(tmp_path / "plain" / "copy"),
+         "--index-shards", "2"],
+        capture_output=True,
+    )  # fmt: skip
+    assert nested.returncode == 2 and b"nest one inside the other" in nested.stderr
+    assert not (tmp_path / "plain" / "copy").exists()
 
 
 def test_an_interrupted_reshard_leaves_no_state_behind_and_the_next_one_completes(

@@ -138,3 +138,10 @@ def test_the_endpoint_checks_a_document_with_an_id_as_the_worker_input_does() ->
     body = orjson.dumps([{"id": "", "text": "a b c"}, {"id": "x" * 600, "text": "a b c"}, {"text": "a b c"}])
     _, _, _, problems = parse_request(body, 5, ParseLimits())
     assert [p.reason if p else None for p in problems] == ["missing-id", "id-too-long", None]
+
+
+def test_only_loopback_addresses_count_as_private() -> None:
+    from stream_dedupe.worker.query_http import _loopback
+
+    assert _loopback("127.0.0.1") and _loopback("localhost") and _loopback("::1")
+    assert not _loopback("0.0.0.0") and not _loopback("::")  # every interface: the warning is logged

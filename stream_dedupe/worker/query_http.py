@@ -156,6 +156,14 @@ class QueryServer:
             await web.SockSite(runner, self.sock).start()
             host, port = self.address
             log.info("query endpoint: POST http://%s:%d/query (token: %s)", host, port, self.token is not None)
+            if self.token is None and not _loopback(host):
+                log.warning(
+                    "the query endpoint answers on %s:%d without a token: anyone who reaches that address can "
+                    "read what the index holds; set STREAM_DEDUPE_QUERY_TOKEN_FILE (--query-token-file) or bind "
+                    "it to 127.0.0.1",
+                    host,
+                    port,
+                )
             await asyncio.Event().wait()
         finally:
             await runner.cleanup()
@@ -257,6 +265,17 @@ class QueryServer:
                 raise QueryRejected(413, too_large)
             chunks.append(chunk)
         return b"".join(chunks)
+
+
+def _loopback(host: str) -> bool:
+    """True if ``host`` is a loopback address or name (``localhost``); a name that does not resolve: False."""
+    import ipaddress
+
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)
 
 
 def _bind(host: str, port: int) -> socket.socket:
