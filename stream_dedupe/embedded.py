@@ -112,9 +112,8 @@ def rewind_events(store: KVStore, events: Path) -> int:
     them first leaves each event in the file once. The file is left as it is unless it is the
     one the checkpoint names and is at least as long as it was then.
     """
-    previous = run_checkpoint(store)
-    mark = previous.get("events") if previous else None
-    if not mark or mark.get("path") != str(events.resolve()) or not events.is_file():
+    _, mark = _unfinished_events(store)
+    if mark is None or mark["path"] != str(events.resolve()) or not events.is_file():
         return 0
     size, keep = events.stat().st_size, int(mark["bytes"])
     if size <= keep:
@@ -126,9 +125,8 @@ def rewind_events(store: KVStore, events: Path) -> int:
 
 def earlier_events(store: KVStore) -> Path | None:
     """The events file of the unfinished run of ``store`` (from its checkpoint), or None."""
-    previous = run_checkpoint(store)
-    mark = previous.get("events") if previous else None
-    return Path(mark["path"]) if mark and mark.get("path") else None
+    _, mark = _unfinished_events(store)
+    return None if mark is None else Path(mark["path"])
 
 
 def unfinished_run(store: KVStore, events: Path) -> dict[str, Any] | None:
@@ -138,11 +136,17 @@ def unfinished_run(store: KVStore, events: Path) -> dict[str, Any] | None:
     deciding them again says ``unchanged``), so a run that cannot resume that one must not
     overwrite it. None when the file is missing or empty, or names another run.
     """
-    previous = run_checkpoint(store)
-    mark = previous.get("events") if previous else None
-    if not previous or not mark or mark.get("path") != str(events.resolve()) or not events.is_file():
+    previous, mark = _unfinished_events(store)
+    if mark is None or mark["path"] != str(events.resolve()) or not events.is_file():
         return None
     return previous if events.stat().st_size else None
+
+
+def _unfinished_events(store: KVStore) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The unfinished run's checkpoint, and where its events file ended (None: no checkpoint, or no file)."""
+    previous = run_checkpoint(store)
+    mark = previous.get("events") if previous else None
+    return previous, (mark if mark and mark.get("path") else None)
 
 
 def _identities(paths: list[str], deletion_paths: Sequence[str]) -> list[dict[str, Any]]:

@@ -49,8 +49,8 @@ def total_bytes(paths: list[str]) -> int | None:
     return sum(os.path.getsize(p) for p in paths)
 
 
-def check_inputs(paths: list[str], flag: str = "input", command: str | None = None) -> None:
-    """Fail early, with a clear message, on inputs that cannot be read (``command``: the one to pipe into).
+def check_inputs(paths: list[str], flag: str = "input") -> None:
+    """Fail early, with a clear message, on inputs that cannot be read.
 
     Raises:
         ConfigError: on a missing or unreadable input.
@@ -74,17 +74,17 @@ def check_inputs(paths: list[str], flag: str = "input", command: str | None = No
             if magic.startswith(signature):
                 raise ConfigError(
                     f"{flag} {path} is a {name} file, which is not read directly (plain, gzip, bzip2 and xz are): "
-                    f"decompress it first, or pipe it in: `{tool} {shlex.quote(path)} | {command or _invoked()} - ...`"
+                    f"decompress it first, or pipe it in: `{tool} {shlex.quote(path)} | {_invoked()} - ...`"
                 )
 
 
-#: Compressed or archive formats an input may be in that are not read (signature, name, what unpacks it).
 def _invoked() -> str:
-    """``stream-dedupe <command>`` of this process (``dedupe`` when it cannot tell)."""
+    """``stream-dedupe <command>`` of this process, to pipe an input into (``dedupe`` when it cannot tell)."""
     words = [arg for arg in sys.argv[1:] if not arg.startswith("-")]
     return f"stream-dedupe {words[0] if words else 'dedupe'}"
 
 
+#: Compressed or archive formats an input may be in that are not read (signature, name, what unpacks it).
 _UNREAD_FORMATS = (
     (b"\x28\xb5\x2f\xfd", "zstd", "zstd -dc"),
     (b"\x04\x22\x4d\x18", "lz4", "lz4 -dc"),

@@ -105,7 +105,7 @@ def warm(params: DedupeParams | None = None) -> float:
     from stream_dedupe.core.verify import exact_jaccards
 
     one = np.arange(2, dtype=np.uint32).tobytes()
-    exact_jaccards(np.arange(3, dtype=np.uint32), [one, one])  # only for a document with two candidates or more
+    exact_jaccards(np.arange(3, dtype=np.uint32), [one, one])  # runs for three candidates or more only
     from stream_dedupe.core.lineform import ascii_form
 
     ascii_form("a line learned as boilerplate")  # formed again only when a line is learned

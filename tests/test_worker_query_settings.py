@@ -14,7 +14,7 @@ import pytest
 
 from stream_dedupe.worker.errors import WorkerConfigError
 from stream_dedupe.worker.query_config import parse_bind, read_query_token
-from stream_dedupe.worker.query_http import QueryRejected, _bind, parse_body
+from stream_dedupe.worker.query_http import QueryRejected, _bind, parse_request
 from stream_dedupe.worker.settings import WorkerSettings
 
 
@@ -93,10 +93,10 @@ def test_bounds(bad: dict[str, float]) -> None:
 
 
 def test_body_one_document_or_a_list() -> None:
-    docs, ids, single = parse_body(orjson.dumps({"text": "a b c", "title": "T", "source": "s"}), 5)
+    docs, ids, single, _ = parse_request(orjson.dumps({"text": "a b c", "title": "T", "source": "s"}), 5)
     assert single and ids == [None] and docs[0].text == "a b c" and docs[0].title == "T" and docs[0].source == "s"
     body = [{"id": "x", "text": "t", "updated_at": "2026-01-31T12:00:00Z", "url": "u", "metadata": {}}, {"text": "u"}]
-    docs, ids, single = parse_body(orjson.dumps(body), 5)
+    docs, ids, single, _ = parse_request(orjson.dumps(body), 5)
     assert not single and ids == ["x", None] and docs[0].doc_id == "x" and docs[0].updated_at_us is not None
 
 
@@ -116,7 +116,7 @@ def test_body_one_document_or_a_list() -> None:
 )
 def test_bad_bodies_are_400_with_what_to_send(body: bytes, message: str) -> None:
     with pytest.raises(QueryRejected) as info:
-        parse_body(body, 5)
+        parse_request(body, 5)
     assert info.value.status == 400 and message in info.value.message
 
 
@@ -133,7 +133,6 @@ def test_a_port_in_use_is_refused_at_start() -> None:
 
 def test_the_endpoint_checks_a_document_with_an_id_as_the_worker_input_does() -> None:
     from stream_dedupe.core.records import ParseLimits
-    from stream_dedupe.worker.query_http import parse_request
 
     body = orjson.dumps([{"id": "", "text": "a b c"}, {"id": "x" * 600, "text": "a b c"}, {"text": "a b c"}])
     _, _, _, problems = parse_request(body, 5, ParseLimits())

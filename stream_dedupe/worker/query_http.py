@@ -71,21 +71,13 @@ class QueryRejected(Exception):
         self.status, self.message, self.extra = status, message, extra
 
 
-def parse_body(body: bytes, max_docs: int) -> tuple[list[Any], list[str | None], bool]:
-    """The queried documents of a request body, their given ids, and whether it was a single object.
-
-    Raises:
-        QueryRejected: 400, with what to send instead.
-
-    """
-    docs, ids, single, _ = parse_request(body, max_docs)
-    return docs, ids, single
-
-
 def parse_request(
     body: bytes, max_docs: int, limits: ParseLimits | None = None
 ) -> tuple[list[Any], list[str | None], bool, list[Invalid | None]]:
-    """:func:`parse_body`, and each document's :func:`~stream_dedupe.api_query.input_problem` under ``limits``.
+    """The queried documents of a request body, their ids, whether it was one object, and their problems.
+
+    A document's problem is its :func:`~stream_dedupe.api_query.input_problem` under ``limits``
+    (None: not checked).
 
     Raises:
         QueryRejected: 400, with what to send instead.

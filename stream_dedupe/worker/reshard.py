@@ -9,7 +9,7 @@ where ``A`` stopped: its stored input positions say which input records are deci
 group ``<B>-sign`` starts at them, and the events, deduped and DLQ topics are the same topics.
 Start ``B``'s workers with ``--app-id B --index-shards S``; delete ``A``'s topics when ``B`` runs.
 
-Refused while a worker of ``A`` runs (a member of its consumer groups: a copy taken meanwhile
+Refused while a worker of ``A`` runs (a member of its consumer group: a copy taken meanwhile
 would not go on from it), and when ``A`` stopped in the middle of a batch (a journal in its meta,
 or shards behind the decider's last commit): start one worker of ``A`` until it is ready, which
 finishes the batch.
@@ -85,7 +85,7 @@ async def reshard_app(source: WorkerSettings, target: WorkerSettings) -> dict[st
     live = await _live_members(source)
     if live:
         raise ReshardError(
-            f"app {source.app_id} is running ({', '.join(f'{n} member(s) in group {g}' for g, n in live.items())}): "
+            f"app {source.app_id} is running ({live} member(s) in its consumer group {source.app_id}): "
             "stop every worker of it first, then run this again (its state changes while it runs, and a copy "
             "taken meanwhile would not go on from it; a worker killed a moment ago stays a member until its "
             "session times out, about 10 s)"
@@ -271,8 +271,8 @@ async def _has_records(settings: WorkerSettings, topic: str) -> bool:
         await consumer.stop()
 
 
-async def _live_members(settings: WorkerSettings) -> dict[str, int]:
-    """Members of the app's Faust consumer group (every running worker is one), by group; {} if none.
+async def _live_members(settings: WorkerSettings) -> int:
+    """Members of the app's Faust consumer group: every running worker is one.
 
     Only that group is described: aiokafka cannot decode the description of a group of its own
     consumers (the sign stage's) from this broker. A failed look-up is logged and taken as none.
@@ -286,11 +286,11 @@ async def _live_members(settings: WorkerSettings) -> dict[str, int]:
         responses = await admin.describe_consumer_groups([settings.app_id])
     except (KafkaError, ValueError) as exc:
         log.warning("cannot tell whether app %s runs (%r): stop every worker of it first", settings.app_id, exc)
-        return {}
+        return 0
     finally:
         await admin.close()
     # each group: (error, group, state, protocol type, protocol, members, ...)
-    return {g[1]: len(g[5]) for r in responses for g in r.groups if g[1] == settings.app_id and g[5]}
+    return sum(len(g[5]) for r in responses for g in r.groups if g[1] == settings.app_id)
 
 
 async def _seed_sign_group(target: WorkerSettings, meta: dict[bytes, bytes]) -> None:
