@@ -189,10 +189,12 @@ class KafkaShards:
         for shard, (_, future) in futures.items():
             try:
                 method, payload = future.result(timeout=timeout)
-            except concurrent.futures.TimeoutError:
-                with self._lock:
-                    for key in [(c, s) for s, (c, _) in futures.items()]:  # every call of this round
-                        self._waiting.pop(key, None)
+            except ShardUnavailable:
+                # failed by pause() or stop(): its own reason (TimeoutError, so before the clause below)
+                self._forget(futures)
+                raise
+            except concurrent.futures.TimeoutError:  # the builtin TimeoutError: ShardUnavailable is one too
+                self._forget(futures)
                 raise ShardUnavailable(
                     f"index shard {shard} did not answer within {timeout:g} s (no worker holds it, or it is "
                     "restoring its state): the batch is retried"
@@ -204,6 +206,12 @@ class KafkaShards:
                 raise ShardError(f"index shard {shard} failed: {message}")
             answers[shard] = payload
         return answers
+
+    def _forget(self, futures: dict[int, tuple[int, Any]]) -> None:
+        """Stop waiting for every call of a failed round (a late answer is then dropped)."""
+        with self._lock:
+            for shard, (call, _) in futures.items():
+                self._waiting.pop((call, shard), None)
 
     # -- ShardClient ------------------------------------------------------------------------
     def configure(self, bands: int, rows: int) -> None:
