@@ -380,6 +380,7 @@ def produce(
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
     from stream_dedupe.inputs import check_inputs, total_bytes
+    from stream_dedupe.worker.produce import MAX_REQUEST_BYTES
     from stream_dedupe.worker.produce import produce as send_all
     from stream_dedupe.worker.security import client_security
     from stream_dedupe.worker.topics import prepare_input_topic
@@ -422,7 +423,7 @@ def produce(
 
     result = asyncio.run(main())
     rate = result.records / result.seconds if result.seconds else 0.0
-    acknowledged = "all acknowledged" if not result.refused else f"{result.refused:,} refused by the broker"
+    acknowledged = result.acknowledgement()
     err.print(
         f"sent {result.records:,} records ({result.bytes / 1e6:.1f} MB) to {settings.input_topic} in "
         f"{result.seconds:.1f}s ({rate:,.0f}/s); {result.without_key:,} without an id key, {result.blank:,} blank "
@@ -433,5 +434,6 @@ def produce(
             f"[red]error[/]: {result.refused:,} line(s) were not sent, the first at {result.first_refused}. A line "
             "larger than the topic's max.message.bytes cannot reach it (nor the worker's DLQ): split or shorten "
             "it, or raise max.message.bytes on the topic (and --max-doc-bytes on the worker)"
+            + (f"; produce sends no line over {MAX_REQUEST_BYTES >> 20} MiB" if result.refused_by_client else "")
         )
         raise typer.Exit(1)

@@ -34,6 +34,8 @@ from stream_dedupe.worker.sizes import FRAMING, record_bytes
 ProgressHook = Callable[[int, int], None]
 
 _WINDOW = 2000  # records in flight before waiting for their acknowledgements
+#: The client's limit on one request (``max_request_size``): a larger line is refused before it is sent.
+MAX_REQUEST_BYTES = 8 << 20
 
 
 @dataclass
@@ -42,8 +44,10 @@ class ProduceResult:
 
     Attributes:
         records: Records acknowledged by the broker.
-        refused: Records the broker refused for good (e.g. larger than the topic's
-            ``max.message.bytes``); the others were sent all the same.
+        refused: Records refused for good, by the broker (larger than the topic's
+            ``max.message.bytes``) or by the client (larger than ``max_request_size``); the
+            others were sent all the same.
+        refused_by_client: Those of ``refused`` the client refused before sending them.
         first_refused: Where the first refused record is (``file:line``) and why.
         without_key: Records sent without a key (no readable ``id``).
         blank: Blank lines skipped.
@@ -58,13 +62,25 @@ class ProduceResult:
     bytes: int = 0
     seconds: float = 0.0
     refused: int = 0
+    refused_by_client: int = 0
     first_refused: str | None = None
 
-    def refuse(self, where: str, exc: BaseException) -> None:
+    def refuse(self, where: str, exc: BaseException, by_client: bool = False) -> None:
         """Count a record the broker (or the client) refused for good; the first one is kept for the message."""
         self.refused += 1
+        self.refused_by_client += by_client
         if self.first_refused is None:
             self.first_refused = f"{where}: {type(exc).__name__}: {exc}"
+
+    def acknowledgement(self) -> str:
+        """The summary's last part: ``all acknowledged``, or who refused how many records."""
+        if not self.refused:
+            return "all acknowledged"
+        by_broker = self.refused - self.refused_by_client
+        parts = [f"{by_broker:,} refused by the broker"] if by_broker else []
+        if self.refused_by_client:
+            parts.append(f"{self.refused_by_client:,} refused by the client (over {MAX_REQUEST_BYTES >> 20} MiB)")
+        return ", ".join(parts)
 
 
 def document_key(raw: bytes) -> bytes | None:
@@ -134,7 +150,7 @@ class _Sender:
         try:
             self.pending.append((where, key, value, await self.producer.send(self.topic, value, key=key)))
         except _TOO_LARGE as exc:  # refused before it is sent (over max_request_size)
-            self.result.refuse(where, exc)
+            self.result.refuse(where, exc, by_client=True)
 
     async def settle(self) -> None:
         """Wait for the acknowledgements in flight; a record too large for the topic is counted, not fatal.
@@ -190,7 +206,7 @@ async def produce(
         "enable_idempotence": True,
         "linger_ms": linger_ms,
         "max_batch_size": 1 << 20,
-        "max_request_size": 8 << 20,
+        "max_request_size": MAX_REQUEST_BYTES,
         "compression_type": compression,
         **(security or {}),
     }

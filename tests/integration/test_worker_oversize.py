@@ -183,13 +183,23 @@ def test_produce_sends_every_line_it_can_and_names_a_line_the_broker_refuses(
     from tests.integration.conftest import run_cli
 
     big = orjson.dumps({"id": "big", "text": os.urandom(1_100_000).hex()})  # 2.2 MB: over the broker's 1 MB
+    huge = orjson.dumps({"id": "huge", "text": "x" * (9 << 20)})  # over the client's 8 MiB request limit
     corpus = tmp_path / "crawl.jsonl"
     corpus.write_bytes(b"\n".join([doc(1), doc(2), big, doc(3)]) + b"\n")
     sent = run_cli("produce", str(corpus), "--broker", broker.bootstrap, "--topic", names.input)
     assert sent.returncode == 1, sent.stderr
     assert "Traceback" not in sent.stderr
     text = " ".join(sent.stderr.split())
-    assert "sent 3 records" in text and "1 refused by the broker" in text, sent.stderr
+    assert "sent 3 records" in text and "; 1 refused by the broker" in text, sent.stderr
+    assert "by the client" not in text and "8 MiB" not in text
     assert f"the first at {corpus}:3: MessageSizeTooLargeError" in text and "max.message.bytes" in text
+    # a line over the client's own limit is not the broker's doing, and the hint says so
+    corpus.write_bytes(b"\n".join([huge, doc(4), big]) + b"\n")
+    sent = run_cli("produce", str(corpus), "--broker", broker.bootstrap, "--topic", names.input)
+    assert sent.returncode == 1 and "Traceback" not in sent.stderr, sent.stderr
+    text = " ".join(sent.stderr.split())
+    assert "sent 1 records" in text, sent.stderr
+    assert "1 refused by the broker, 1 refused by the client (over 8 MiB)" in text, sent.stderr
+    assert f"the first at {corpus}:1: " in text and "produce sends no line over 8 MiB" in text
     msgs = consume(broker.bootstrap, names.input)
-    assert sorted(m.key for m in msgs) == [b"d1", b"d2", b"d3"]
+    assert sorted(m.key for m in msgs) == [b"d1", b"d2", b"d3", b"d4"]
