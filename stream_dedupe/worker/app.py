@@ -264,6 +264,9 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
         if rt.stopping:
             body["stopping"] = True
         body["broker"] = broker_status(rt)  # an outage is reported here, not as "not ready" (docs/worker.md)
+        if rt.decide_waiting is not None:  # likewise a batch retried for a shard or the broker
+            since, error = rt.decide_waiting
+            body["decide_waiting"] = {"seconds": round(time.monotonic() - since, 1), "error": error}
         return web.json(body, status=200 if ready else 503)
 
     faust_compat.restrict_web(app, WEB_PATHS)

@@ -98,6 +98,9 @@ class Runtime:
     stopping: bool = False
     #: Faust's own producer (its aiokafka client connects first: the broker gauges read it too).
     app_producer: Any = None
+    #: While the decide stage retries a batch that failed for no record's fault (a shard that
+    #: does not answer, a broker outage): when it first failed (monotonic s) and the last error.
+    decide_waiting: tuple[float, str] | None = None
 
 
 def pause_index(app: faust.App, rt: Runtime) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -75,6 +76,7 @@ async def decide_safely(
     while True:
         try:
             await decide(rt, messages, publish)
+            rt.decide_waiting = None
             return
         except asyncio.CancelledError:
             raise
@@ -82,7 +84,11 @@ async def decide_safely(
             if not (is_transient(exc) or is_record_error(exc)):
                 raise
             await reset(rt)
+            if is_transient(exc):  # reported on /readyz until a batch is decided
+                since = rt.decide_waiting[0] if rt.decide_waiting is not None else time.monotonic()
+                rt.decide_waiting = (since, f"{type(exc).__name__}: {str(exc)[:300]}")
             if is_transient(exc) and not rt.gate.is_set():
+                rt.decide_waiting = None  # the rebalance is reported as such (and may move the decider)
                 log.warning("deciding %d records waits for the rebalance (%r)", len(messages), exc)
                 return  # the gate closed (a rebalance): the decide loop keeps the records for later
             if is_transient(exc):

@@ -231,3 +231,54 @@ def test_worker_reshard_copies_a_stopped_deployment_that_goes_on_exactly(
     assert cluster_sets(state) == cluster_sets(expected_store)
     expected_deduped = {k.encode(): v for k, v in canonical_documents(expected_store).items()}
     assert replay_compacted(consume(broker.bootstrap, names.deduped)) == expected_deduped
+
+
+def test_readyz_reports_a_decider_waiting_for_a_shard_that_does_not_answer(
+    broker: Broker, names: Names, workers: Any, tmp_path: Path
+) -> None:
+    """A frozen shard holder (SIGSTOP, within the session timeout): /readyz stays 200, says what the decider awaits."""
+    import signal
+
+    docs = synth_docs(300, seed=33)
+    create_input(broker.bootstrap, names.input, 3)
+    extra = ["--index-shards", "2", "--shard-timeout", "2", "--session-timeout", "45", "--batch-size", "50"]
+    pair = [workers(state_dir=tmp_path / f"f{i}", log_name=f"f{i}", extra=extra).start() for i in range(2)]
+    for w in pair:
+        w.wait_ready(120)
+    keyed = [(orjson.loads(d)["id"].encode(), d) for d in docs]
+    produce(broker.bootstrap, names.input, keyed[:100])
+    consume(broker.bootstrap, names.events, until=n_document_events(100), timeout=120, idle=0)
+    decider = next(w for w in pair if role(w) == "decide")
+    other = next(w for w in pair if w is not decider)
+    deadline = time.monotonic() + 60
+    while metric(other, "stream_dedupe_shards_served") < 1:  # the shards spread over both
+        assert time.monotonic() < deadline, (decider.log()[-2000:], other.log()[-2000:])
+        time.sleep(0.5)
+    assert "decide_waiting" not in orjson.loads(decider.get("/readyz")[1])
+    assert other.proc is not None
+    other.proc.send_signal(signal.SIGSTOP)  # alive to the kernel, silent to the decider
+    try:
+        produce(broker.bootstrap, names.input, keyed[100:])
+        deadline = time.monotonic() + 30
+        while True:
+            status, raw = decider.get("/readyz")
+            body = orjson.loads(raw)
+            if "decide_waiting" in body:
+                break
+            assert time.monotonic() < deadline, (body, decider.log()[-3000:])
+            time.sleep(0.3)
+        assert status == 200 and body["ready"] is True, body  # the decider is fine: the shard is not
+        waiting = body["decide_waiting"]
+        assert "did not answer within 2 s" in waiting["error"] and "ShardUnavailable" in waiting["error"], waiting
+        time.sleep(3)
+        later = orjson.loads(decider.get("/readyz")[1])["decide_waiting"]
+        assert later["seconds"] >= waiting["seconds"] + 2, (waiting, later)  # counted from the first failure
+    finally:
+        other.proc.send_signal(signal.SIGCONT)
+    consume(broker.bootstrap, names.events, until=n_document_events(len(docs)), timeout=180, idle=0)
+    deadline = time.monotonic() + 30
+    while "decide_waiting" in (body := orjson.loads(decider.get("/readyz")[1])):  # gone with the next decided batch
+        assert time.monotonic() < deadline, body
+        time.sleep(0.3)
+    for w in pair:
+        assert w.stop() == 0, w.log()[-3000:]
