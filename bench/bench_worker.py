@@ -61,7 +61,8 @@ from stream_dedupe.worker.topics import prepare_input_topic  # noqa: E402
 
 CLI = """
 from stream_dedupe.cli import app, main
-from stream_dedupe.worker.cli import produce, worker
+from stream_dedupe.worker.cli import worker
+from stream_dedupe.worker.produce_cli import produce
 if "worker" not in {c.name or getattr(c.callback, "__name__", None) for c in app.registered_commands}:
     app.command()(worker); app.command()(produce)
 main()

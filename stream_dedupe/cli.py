@@ -7,9 +7,7 @@ string annotations it would evaluate twice per run (``inspect.signature`` and
 
 import dataclasses
 import gc
-import os
 import sys
-from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated, Any
@@ -23,10 +21,14 @@ from stream_dedupe.cli_support import (
     EXIT_CUT_SHORT,
     check_new_state_dir,
     check_outputs,
+    directory_bytes,
     gc_from_here,
+    invalid_summary,
     is_state,
+    one_blas_thread,
     open_out,
     silence_stdout,
+    small_run,
     start_up_without_gc,
 )
 from stream_dedupe.config import DedupeParams, NormalizationConfig, RuntimeLimits, ShingleSpec
@@ -95,36 +97,6 @@ def _normalization(strip: list[str] | None, header: list[str] | None, footer: li
     if strip is None and header is None and footer is None:
         return None
     return NormalizationConfig(tuple(strip or ()), tuple(header or ()), tuple(footer or ()))
-
-
-def _invalid_summary(counters: Counter[str], first: dict[str, Any] | None, events: str | None) -> str:
-    """How many records were invalid, for which reasons, and where the first one is."""
-    reasons = sorted(
-        ((k.split(":", 1)[1], n) for k, n in counters.items() if k.startswith("invalid:")), key=lambda r: -r[1]
-    )
-    text = f"{counters['invalid']:,} invalid record(s)"
-    if reasons:
-        text += " (" + ", ".join(f"{reason} {n:,}" for reason, n in reasons) + ")"
-    if first is not None:
-        where = f"{first.get('file')}:{first.get('line')}" if first.get("line") is not None else "?"
-        text += f"; the first at {where}: {first.get('detail')}"
-    where_all = f"every one is an `invalid` event in {events}" if events else "pass --events FILE to list them all"
-    return f"{text}; {where_all}."
-
-
-def _directory_bytes(path: Path) -> int:
-    """Bytes of the files directly in ``path`` (a RocksDB directory has no subdirectories), 0 if missing."""
-    try:
-        return sum(entry.stat().st_size for entry in os.scandir(path) if entry.is_file())
-    except OSError:  # missing, or not a directory: the state open says why
-        return 0
-
-
-def _small_run(inputs: list[str], input_bytes: int | None, limit: int) -> bool:
-    """Whether a run is known to write little: uncompressed files (not stdin) under ``limit`` bytes."""
-    from stream_dedupe.inputs import is_compressed
-
-    return input_bytes is not None and input_bytes < limit and not any(is_compressed(p) for p in inputs)
 
 
 _D = DedupeParams()
@@ -262,9 +234,10 @@ def dedupe(
         resolve(resolve_params(None, overrides))
 
     from stream_dedupe import run_guard, warm_file
+    from stream_dedupe.checkpoint import can_redo
     from stream_dedupe.core import jit
     from stream_dedupe.core.engine import DedupeEngine, stored_params
-    from stream_dedupe.embedded import can_redo, run
+    from stream_dedupe.embedded import run
     from stream_dedupe.exports import iter_canonical_documents, summarize
     from stream_dedupe.reporting import ProgressReporter, print_summary, warm_kernels
     from stream_dedupe.sharded_state import open_state
@@ -277,7 +250,7 @@ def dedupe(
         raise ConfigError(f"--index-shards must be 1 (no shards) or more, got {index_shards}")
     # numba only for a big run; a state with a warm start has no band tables to rebuild
     warm = warm_start and (state / warm_file.FILE_NAME).is_file()
-    jit.choose(total_bytes(inputs), 0 if warm else _directory_bytes(state))
+    jit.choose(total_bytes(inputs), 0 if warm else directory_bytes(state))
     gc_from_here()  # start-up is over (main() paused the collector); before forking a --jobs pool
     with ExitStack() as stack:
         processes = default_jobs() if jobs is None else jobs or usable_cores()
@@ -285,7 +258,7 @@ def dedupe(
         if pool is not None:
             stack.callback(pool.close)
         # a run that can redo what a kill loses writes without RocksDB's log (1.2x faster)
-        small = _small_run(inputs, total_bytes(inputs), SMALL_RUN_BYTES)
+        small = small_run(inputs, total_bytes(inputs), SMALL_RUN_BYTES)
         redo = can_redo(inputs, deletions or (), events)
         store = open_state(state, index_shards, memtable_bloom=not small, wal=not redo)
         stack.callback(store.close)
@@ -351,7 +324,7 @@ def dedupe(
                 "lines (one object per line, plain or gzip, bzip2 or xz compressed)? The `invalid` events say why"
             )
     if strict and result.counters["invalid"]:
-        err.print(f"[red]--strict[/]: {_invalid_summary(result.counters, result.first_invalid, events)}")
+        err.print(f"[red]--strict[/]: {invalid_summary(result.counters, result.first_invalid, events)}")
         raise typer.Exit(1)
 
 
@@ -395,30 +368,14 @@ def _register_commands(argv: list[str]) -> str | None:
         app.command()(tune)
         app.command("reshard")(reshard_command)
     if (command is None or command not in _registered()) and "worker" not in _registered():
-        from stream_dedupe.worker.cli import produce, worker
+        from stream_dedupe.worker.cli import worker
+        from stream_dedupe.worker.produce_cli import produce
         from stream_dedupe.worker.reshard import worker_reshard
 
         app.command()(worker)
         app.command()(produce)
         app.command("worker-reshard")(worker_reshard)
     return command
-
-
-#: Thread-count variables OpenBLAS reads when it loads (the first ``import numpy``).
-BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
-
-
-def one_blas_thread() -> None:
-    """Let numpy's OpenBLAS start no thread of its own, unless the user chose a thread count.
-
-    OpenBLAS starts a thread per core when numpy is imported, and those threads spin waiting for
-    work: ~0.07 s of CPU for every run on this project's 2-core machine (BENCHMARKS.md,
-    "Start-up"), for nothing, since no command multiplies matrices (the kernels are element-wise).
-    Called before anything imports numpy; this module does not import it. The worker processes of
-    ``--jobs`` and the Kafka worker inherit the setting.
-    """
-    if not set(BLAS_THREAD_VARIABLES) & os.environ.keys():
-        os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ import gc
 import inspect
 import os
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -228,3 +229,50 @@ def open_out(stack: ExitStack, path: str | None, mode: str) -> IO[bytes] | None:
     if path == "-":
         return sys.stdout.buffer
     return stack.enter_context(open(path, mode))
+
+
+def invalid_summary(counters: Counter[str], first: dict[str, Any] | None, events: str | None) -> str:
+    """How many records were invalid, for which reasons, and where the first one is."""
+    reasons = sorted(
+        ((k.split(":", 1)[1], n) for k, n in counters.items() if k.startswith("invalid:")), key=lambda r: -r[1]
+    )
+    text = f"{counters['invalid']:,} invalid record(s)"
+    if reasons:
+        text += " (" + ", ".join(f"{reason} {n:,}" for reason, n in reasons) + ")"
+    if first is not None:
+        where = f"{first.get('file')}:{first.get('line')}" if first.get("line") is not None else "?"
+        text += f"; the first at {where}: {first.get('detail')}"
+    where_all = f"every one is an `invalid` event in {events}" if events else "pass --events FILE to list them all"
+    return f"{text}; {where_all}."
+
+
+def directory_bytes(path: Path) -> int:
+    """Bytes of the files directly in ``path`` (a RocksDB directory has no subdirectories), 0 if missing."""
+    try:
+        return sum(entry.stat().st_size for entry in os.scandir(path) if entry.is_file())
+    except OSError:  # missing, or not a directory: the state open says why
+        return 0
+
+
+def small_run(inputs: list[str], input_bytes: int | None, limit: int) -> bool:
+    """Whether a run is known to write little: uncompressed files (not stdin) under ``limit`` bytes."""
+    from stream_dedupe.inputs import is_compressed
+
+    return input_bytes is not None and input_bytes < limit and not any(is_compressed(p) for p in inputs)
+
+
+#: Thread-count variables OpenBLAS reads when it loads (the first ``import numpy``).
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+def one_blas_thread() -> None:
+    """Let numpy's OpenBLAS start no thread of its own, unless the user chose a thread count.
+
+    OpenBLAS starts a thread per core when numpy is imported, and those threads spin waiting for
+    work: ~0.07 s of CPU for every run on this project's 2-core machine (BENCHMARKS.md,
+    "Start-up"), for nothing, since no command multiplies matrices (the kernels are element-wise).
+    Called before anything imports numpy; this module does not import it. The worker processes of
+    ``--jobs`` and the Kafka worker inherit the setting.
+    """
+    if not set(BLAS_THREAD_VARIABLES) & os.environ.keys():
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"

@@ -5,7 +5,7 @@ batches to the engine, writes events, and commits the state with a checkpoint af
 SIGINT/SIGTERM finish the current batch and stop cleanly; running the same command again
 resumes after the last committed batch, so nothing is decided or counted twice. The checkpoint
 also records where the events file ended, so a resumed run first cuts the events of batches that
-were written but not committed (:func:`rewind_events`): the file holds each event once, even
+were written but not committed (:func:`~stream_dedupe.checkpoint.rewind_events`): the file holds each event once, even
 after a kill.
 """
 
@@ -21,18 +21,17 @@ from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 from types import FrameType
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 import orjson
 
+from stream_dedupe.checkpoint import RUN_KEY, checkpoint, events_mark, identities, resume_point, run_checkpoint
 from stream_dedupe.core.engine import DedupeEngine
 from stream_dedupe.core.events import Event
 from stream_dedupe.core.linepack import unpack_lines
 from stream_dedupe.core.records import Deletion, Document, Invalid, Record, parse_line
 from stream_dedupe.core.signedpack import unpack_signed
-from stream_dedupe.inputs import InputLine, InputReadError, identity, read_lines
-from stream_dedupe.storage.base import KVStore
-from stream_dedupe.storage.state import StateView
+from stream_dedupe.inputs import InputLine, InputReadError, read_lines
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -40,8 +39,6 @@ if TYPE_CHECKING:
     from stream_dedupe.core.boilerplate import TextLines
     from stream_dedupe.core.signer import Signed
     from stream_dedupe.sign_pool import PreparedLines, SignPool
-
-_RUN_KEY = b"run"
 
 #: Called after each batch with (lines consumed so far, bytes position, counters).
 ProgressHook = Callable[[int, int, Counter[str]], None]
@@ -89,102 +86,6 @@ def _graceful_signals() -> Iterator[_StopFlag]:
             signal.signal(sig, handler)
 
 
-def _checkpoint(
-    inputs: list[dict[str, Any]], file_index: int, line: int, counters: Counter[str], events: dict[str, Any] | None
-) -> bytes:
-    checkpoint = {"inputs": inputs, "file": file_index, "line": line, "counters": dict(counters), "events": events}
-    return orjson.dumps(checkpoint)
-
-
-def _events_mark(out: IO[bytes] | None, path: Path | None) -> dict[str, Any] | None:
-    """Where the events file ends now (its path and size), for the checkpoint; None for no file."""
-    if out is None or path is None:
-        return None
-    return {"path": str(path), "bytes": out.tell()}
-
-
-def rewind_events(store: KVStore, events: Path) -> int:
-    """Cut ``events`` back to where it ended at the last committed batch; returns the bytes cut.
-
-    The events of a batch are written before the batch is committed, so after a kill the file
-    may end with events of batches the state does not have (with ``RocksStore(wal=False)``,
-    every batch since the last flush). The resumed run decides them again, identically; cutting
-    them first leaves each event in the file once. The file is left as it is unless it is the
-    one the checkpoint names and is at least as long as it was then.
-    """
-    _, mark = _unfinished_events(store)
-    if mark is None or mark["path"] != str(events.resolve()) or not events.is_file():
-        return 0
-    size, keep = events.stat().st_size, int(mark["bytes"])
-    if size <= keep:
-        return 0
-    with open(events, "r+b") as out:
-        out.truncate(keep)
-    return size - keep
-
-
-def earlier_events(store: KVStore) -> Path | None:
-    """The events file of the unfinished run of ``store`` (from its checkpoint), or None."""
-    _, mark = _unfinished_events(store)
-    return None if mark is None else Path(mark["path"])
-
-
-def unfinished_run(store: KVStore, events: Path) -> dict[str, Any] | None:
-    """The checkpoint of an earlier run that did not finish and whose events are in ``events``, or None.
-
-    Such a file holds decisions the state will not give again (its documents are known now:
-    deciding them again says ``unchanged``), so a run that cannot resume that one must not
-    overwrite it. None when the file is missing or empty, or names another run.
-    """
-    previous, mark = _unfinished_events(store)
-    if mark is None or mark["path"] != str(events.resolve()) or not events.is_file():
-        return None
-    return previous if events.stat().st_size else None
-
-
-def _unfinished_events(store: KVStore) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """The unfinished run's checkpoint, and where its events file ended (None: no checkpoint, or no file)."""
-    previous = run_checkpoint(store)
-    mark = previous.get("events") if previous else None
-    return previous, (mark if mark and mark.get("path") else None)
-
-
-def _identities(paths: list[str], deletion_paths: Sequence[str]) -> list[dict[str, Any]]:
-    return [identity(p) for p in paths] + [{**identity(p), "kind": "deletions"} for p in deletion_paths]
-
-
-def can_redo(paths: Sequence[str], deletion_paths: Sequence[str], events: str | None) -> bool:
-    """True if the batches a kill loses can be decided again on resume, each event still once.
-
-    The inputs must be files (a resumed run reads them again) and the events a regular file
-    (:func:`rewind_events` cuts it back) or none. Such a run may write its state without the
-    write-ahead log (:class:`~stream_dedupe.storage.rocks.RocksStore` ``wal=False``).
-    """
-    if "-" in paths or "-" in deletion_paths or events == "-":
-        return False
-    return events is None or not Path(events).exists() or Path(events).is_file()
-
-
-def run_checkpoint(store: KVStore) -> dict[str, Any] | None:
-    """The checkpoint of the last run into ``store`` while it is unfinished (None once a run finished).
-
-    ``{"inputs": [identity of each input], "file": index, "line": lines committed, "counters",
-    "events": where the events file ended}``.
-    """
-    checkpoint = StateView(store).get_json(_RUN_KEY)
-    return dict(checkpoint) if checkpoint else None
-
-
-def resume_point(store: KVStore, paths: list[str], deletion_paths: Sequence[str] = ()) -> tuple[int, int] | None:
-    """``(file index, line)`` where an interrupted run over the same inputs stopped, or None."""
-    if "-" in paths or "-" in deletion_paths:
-        return None
-    previous = run_checkpoint(store)
-    if previous and previous.get("inputs") == _identities(paths, deletion_paths):
-        return int(previous["file"]), int(previous["line"])
-    return None
-
-
 def run(
     engine: DedupeEngine,
     paths: list[str],
@@ -216,7 +117,7 @@ def run(
         What was done.
 
     """
-    inputs = _identities(paths, deletion_paths)
+    inputs = identities(paths, deletion_paths)
     sources = [(p, False) for p in paths] + [(p, True) for p in deletion_paths]
     resumable = "-" not in paths and "-" not in deletion_paths
     events_file = events_path.resolve() if events_path is not None else None
@@ -253,9 +154,9 @@ def run(
                             result.first_invalid = event
                 consumed = batch[-1].line
                 result.lines += len(batch)
-                mark = _events_mark(events_out, events_file)
+                mark = events_mark(events_out, events_file)
                 # standard input cannot be read again: its checkpoint only says that a run is unfinished
-                engine.commit({_RUN_KEY: _checkpoint(inputs, file_index, consumed, result.counters, mark)})
+                engine.commit({RUN_KEY: checkpoint(inputs, file_index, consumed, result.counters, mark)})
                 if progress:
                     progress(len(batch), before + (0 if deletions else batch[-1].position), result.counters)
                 if flag.stop:
@@ -265,9 +166,9 @@ def run(
             if progress and not deletions and path != "-":
                 progress(0, before + sizes[file_index], result.counters)  # a gzip file's last lines too
             if resumable:
-                mark = _events_mark(events_out, events_file)
-                engine.commit({_RUN_KEY: _checkpoint(inputs, file_index + 1, 0, result.counters, mark)})
-        engine.commit({_RUN_KEY: None})
+                mark = events_mark(events_out, events_file)
+                engine.commit({RUN_KEY: checkpoint(inputs, file_index + 1, 0, result.counters, mark)})
+        engine.commit({RUN_KEY: None})
     result.seconds = time.perf_counter() - started
     return result
 

@@ -1,6 +1,6 @@
 """What ``dedupe`` checks about the run before it, so that no run's decisions are lost.
 
-An interrupted run leaves a checkpoint in the state (:func:`stream_dedupe.embedded.run_checkpoint`):
+An interrupted run leaves a checkpoint in the state (:func:`stream_dedupe.checkpoint.run_checkpoint`):
 the inputs it read, the line it committed up to and where its events file ended. Running the same
 command again resumes it. A *different* run replaces that checkpoint, and then the interrupted one
 can no longer be resumed: running its command again decides its committed documents as
@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from stream_dedupe.checkpoint import earlier_events, resume_point, rewind_events, run_checkpoint, unfinished_run
 from stream_dedupe.consoles import Output
-from stream_dedupe.embedded import earlier_events, resume_point, rewind_events, run_checkpoint, unfinished_run
 from stream_dedupe.errors import ConfigError
 from stream_dedupe.inputs import identity
 from stream_dedupe.storage.base import KVStore

@@ -14,10 +14,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stream_dedupe.checkpoint import run_checkpoint
 from stream_dedupe.config import DedupeParams
 from stream_dedupe.core.boilerplate import learned_lines
 from stream_dedupe.core.engine import stored_seq
-from stream_dedupe.embedded import run_checkpoint
 from stream_dedupe.exports import summarize
 from stream_dedupe.storage.base import KVStore
 from stream_dedupe.storage.docrecord import DocRecord

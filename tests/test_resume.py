@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 
-from stream_dedupe.embedded import can_redo, rewind_events
+from stream_dedupe.checkpoint import can_redo, rewind_events
 from stream_dedupe.storage.rocks import RocksStore
 
 

@@ -60,7 +60,7 @@ print(seen["enabled"], seen["frozen"] > 10_000, seen["collections"], gc.isenable
 
 THREADS = """
 import os, sys
-from stream_dedupe.cli import one_blas_thread
+from stream_dedupe.cli_support import one_blas_thread
 one_blas_thread()
 import numpy
 numpy.ones(4) @ numpy.ones(4)

@@ -80,7 +80,7 @@ def test_compression_level_from_the_environment() -> None:
 
 
 def test_cluster_scan_takes_a_bounded_share_of_the_decider() -> None:
-    from stream_dedupe.worker.metrics import CLUSTER_SCAN_MAX_INTERVAL, CLUSTER_SCAN_SHARE, next_cluster_scan
+    from stream_dedupe.worker.gauges import CLUSTER_SCAN_MAX_INTERVAL, CLUSTER_SCAN_SHARE, next_cluster_scan
 
     assert next_cluster_scan(100.0, 0.001) <= 100.0 + 5.0  # a small state: at every 5 s refresh
     due = next_cluster_scan(100.0, 1.0)  # 1M documents: ~1 s of CPU per scan

@@ -7,7 +7,6 @@ Kafka worker) decides when to publish the events and commit the state.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
@@ -22,29 +21,25 @@ from stream_dedupe.core.boilerplate import BoilerplateLearner, TextLines
 from stream_dedupe.core.candidates import near_matches
 from stream_dedupe.core.canonical import CanonicalKey
 from stream_dedupe.core.compacted import canonical_updates
-from stream_dedupe.core.cover import CoverChange, StateCoverGraph, later_neighbours, update_cover
+from stream_dedupe.core.cover import StateCoverGraph, later_neighbours, update_cover
 from stream_dedupe.core.detach import detach
 from stream_dedupe.core.fastpath import classify, decide_new
 from stream_dedupe.core.hidden_pairs import HiddenPairs
 from stream_dedupe.core.layout import resolve
 from stream_dedupe.core.lshindex import LshIndex
 from stream_dedupe.core.rebuild import rebuild_index
-from stream_dedupe.core.records import Deletion, Document, Invalid, ParseLimits, Record, parse_keyed
-from stream_dedupe.core.recrawl import carried_epoch, current, current_recrawls, text_fingerprint
-from stream_dedupe.core.retention import later, still_expired
+from stream_dedupe.core.records import Deletion, Document, Invalid, Record
+from stream_dedupe.core.recrawl import current_recrawls, recrawled
+from stream_dedupe.core.retention import still_expired
+from stream_dedupe.core.retroactive import resign_carriers
 from stream_dedupe.core.sharding.gather import ShardedStore
 from stream_dedupe.core.signer import Signed, Signer
 from stream_dedupe.core.unionfind import ClusterInfo, UnionFind
 from stream_dedupe.errors import StateMismatchError
 from stream_dedupe.storage.base import KVStore
-from stream_dedupe.storage.docrecord import COUNTED, STALE
 from stream_dedupe.storage.state import SKIPPED_BANDS_KEPT, DocRecord, StateView
 
 _PARAMS_KEY = b"params"
-#: A stored document was valid when it was decided: it is read again without bounds.
-_STORED_LIMITS = ParseLimits(1 << 40, 1 << 40, 1 << 40, 1 << 40)
-#: Counters of document outcomes, which a carrier decided again does not count twice.
-_DOCUMENT_COUNTERS = ("documents", "replaced", "new", "new_in_cluster", "duplicates", "exact_duplicates")
 _SEQ_KEY = b"seq"
 
 
@@ -189,80 +184,16 @@ class DedupeEngine:
                 batch = self._decide(prepared[k - 1], origins[i] if origins else None)
             out.extend(batch)
         if self.boilerplate is not None and self.boilerplate.pending:
-            out.extend(self._resign_carriers())
+            out.extend(
+                resign_carriers(
+                    self.boilerplate, self.state, self.preparer, self.signer, self.lsh, self.counters, self._decide
+                )
+            )
         for event in out:
             self.seq += 1
             event["seq"] = self.seq
         self.state.put_json(_SEQ_KEY, self.seq)
         return out
-
-    def _resign_carriers(self) -> list[ev.Event]:
-        """Sign and decide again the documents that carried lines learned in this batch.
-
-        Their stored original is stripped with the learned set as it is now, so that every
-        document in the state is stripped alike (learning is retroactive). A carrier decided
-        again emits cluster and cover events (with its own id), never a second document event;
-        one that would be left with no words (or cannot be read again) keeps its earlier version.
-        """
-        assert self.boilerplate is not None
-        ids = sorted(self.boilerplate.pending)
-        self.boilerplate.pending.clear()
-        docs = []
-        keys = [doc_id.encode("utf-8") for doc_id in ids]
-        self.state.prefetch("documents", keys)
-        self.state.prefetch("docs", keys)
-        for doc_id in ids:
-            raw = self.state.document_json(doc_id)
-            # read as it was accepted: its id may be its Kafka key's (absent from the JSON), and
-            # the worker's bounds may be wider than the defaults
-            record = None if raw is None else parse_keyed(doc_id.encode("utf-8"), raw, _STORED_LIMITS)
-            if isinstance(record, Document):
-                docs.append(record)
-            else:
-                self._kept_unsigned(doc_id, self.state.doc(doc_id))
-        learner = self.boilerplate
-        texts = [
-            learner.strip_and_count(d.text, d.source, False, lines=lines)
-            for d, lines in zip(
-                docs, learner.batch_lines([d.text for d in docs], [d.source for d in docs]), strict=True
-            )
-        ]
-        events: list[ev.Event] = []
-        kept = {key: self.counters[key] for key in _DOCUMENT_COUNTERS}
-        fingerprints = [text_fingerprint(d) for d in docs]
-        epochs = [
-            carried_epoch(self.state.doc(d.doc_id), f, self.preparer.epoch(d.source))
-            for d, f in zip(docs, fingerprints, strict=True)
-        ]
-        items = self.preparer.keyed(docs, self.signer.sign(texts), self.lsh, fingerprints, epochs)
-        self.state.prefetch("exact", [item.content_hash for item in items])
-        self.preparer.prefetch_neighbours(items, self.lsh)
-        for item in items:
-            prior = self.state.doc(item.doc.doc_id)
-            if item.tokens == 0:
-                self._kept_unsigned(item.doc.doc_id, prior)
-            if prior is None or prior.content_hash == item.content_hash or item.tokens == 0:
-                continue
-            self.counters["resigned"] += 1
-            decided = self._decide(item)
-            now = self.state.doc(item.doc.doc_id)
-            assert now is not None
-            events.extend(decided[1:])
-            before = None if prior.covered_by is None else (prior.covered_by, prior.covered_similarity or 0.0)
-            after = None if now.covered_by is None else (now.covered_by, now.covered_similarity or 0.0)
-            if before != after:
-                events.append(ev.cover_changed(item.doc.doc_id, [CoverChange(item.doc.doc_id, before, after)]))
-        self.counters.update({key: value - self.counters[key] for key, value in kept.items()})
-        return events
-
-    def _kept_unsigned(self, doc_id: str, prior: DocRecord | None) -> None:
-        """A carrier not signed again keeps its version, whose text holds a learned line.
-
-        Counted, that version is current no more (:mod:`~stream_dedupe.core.recrawl`): its next
-        re-crawl is read in full.
-        """
-        if prior is not None and prior.epoch == COUNTED:
-            self.state.put_doc(doc_id, dataclasses.replace(prior, epoch=STALE))
 
     def canonical_updates(self, events: Sequence[ev.Event]) -> list[tuple[str, bytes | None]]:
         """What the events change in the set of canonical documents, for a compacted topic.
@@ -314,14 +245,7 @@ class DedupeEngine:
         self.counters["documents"] += 1
         if prior is not None and prior.content_hash == item.content_hash:
             self.counters["unchanged"] += 1
-            record = prior
-            if item.fingerprint is not None and not current(prior, item.fingerprint, item.epoch):
-                # read in full, and its text gives the stored key: the next re-crawl need not read it
-                record = dataclasses.replace(record, fingerprint=item.fingerprint, epoch=item.epoch)
-            if later(doc.updated_at_us, record.age_from_us) and record.fingerprint is not None:
-                # still current as of this crawl: retention measures its age from here (the
-                # content's updated_at, which orders canonicals, stays)
-                record = dataclasses.replace(record, seen_at_us=doc.updated_at_us)
+            record = recrawled(prior, item.fingerprint, item.epoch, doc.updated_at_us)
             if record is not prior:
                 state.put_doc(doc.doc_id, record)
             return [
@@ -369,7 +293,7 @@ class DedupeEngine:
             # No verified pair and no parent (a replaced document was detached): a singleton.
             self.counters["new"] += 1
             alone = ClusterInfo(1, doc.doc_id, CanonicalKey(doc.doc_id, item.length, doc.updated_at_us))
-            cover = self._cover_events(doc.doc_id, update_cover(self.cover, seeds)) if seeds else []
+            cover = ev.cover_events(doc.doc_id, update_cover(self.cover, seeds), self.counters) if seeds else []
             first = ev.document_event("new", doc.doc_id, alone)
             first["updated"] = prior is not None
             return [first, *events, *cover]
@@ -379,7 +303,7 @@ class DedupeEngine:
             for namespace in ("parent", "clusters", "edges"):
                 state.mark_absent(namespace, key)
         cluster_events, cluster = self._join(doc.doc_id, matches)
-        cover = self._cover_events(doc.doc_id, update_cover(self.cover, seeds, arrived=[doc.doc_id]))
+        cover = ev.cover_events(doc.doc_id, update_cover(self.cover, seeds, arrived=[doc.doc_id]), self.counters)
         first = self._document_event(doc.doc_id, item, cluster)  # the cover changes no cluster
         first["updated"] = prior is not None
         return [first, *cluster_events, *events, *cover]
@@ -402,7 +326,7 @@ class DedupeEngine:
         """Take a known document out of the state; the cluster and cover events that follow."""
         seeds = later_neighbours(self.cover, doc_id) if prior.representative else []
         events = detach(self.state, self.uf, self.lsh, doc_id, prior, self.preparer.old_band_hashes(doc_id))
-        return [*events, *self._cover_events(doc_id, update_cover(self.cover, seeds))]
+        return [*events, *ev.cover_events(doc_id, update_cover(self.cover, seeds), self.counters)]
 
     def _document_event(self, doc_id: str, item: Prepared, cluster: ClusterInfo) -> ev.Event:
         """``duplicate-of`` when a representative covers the document, else ``new`` (``cluster``: its cluster)."""
@@ -428,14 +352,6 @@ class DedupeEngine:
             representative=record.covered_by,
             threshold=self.params.pair_threshold(record.source, rep.source),
         )
-
-    def _cover_events(self, cause: str, changes: list[CoverChange]) -> list[ev.Event]:
-        """One ``cover-changed`` event for the documents other than ``cause`` whose place in the index changed."""
-        others = [c for c in changes if c.doc_id != cause]
-        self.counters["cover_changes"] += sum(c.flipped for c in others)
-        if not others:
-            return []
-        return [ev.cover_changed(cause, others)]
 
     def _delete(self, doc_id: str) -> list[ev.Event]:
         self.counters["deleted"] += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from stream_dedupe.core.cover import CoverChange
@@ -77,6 +78,17 @@ def new_singleton_events(doc_ids: list[str]) -> list[Event]:
         }
         for doc_id in doc_ids
     ]
+
+
+def cover_events(cause: str, changes: list[CoverChange], counters: Counter[str]) -> list[Event]:
+    """One ``cover-changed`` event for the documents other than ``cause`` whose place in the index changed.
+
+    None when only ``cause`` changed; ``counters["cover_changes"]`` counts the documents that
+    entered or left the index.
+    """
+    others = [c for c in changes if c.doc_id != cause]
+    counters["cover_changes"] += sum(c.flipped for c in others)
+    return [cover_changed(cause, others)] if others else []
 
 
 def cover_changed(cause: str, changes: list[CoverChange]) -> Event:

@@ -24,7 +24,7 @@ the text anyway). A record of an older version has no fingerprint and takes the 
 every record of that source older than it, although most of their texts do not hold the line.
 A document decided for the first time has its text *counted*: each of its lines not learned yet
 names the document among its carriers, and when such a line is learned every carrier is signed
-and decided again (``DedupeEngine._resign_carriers``) and its record rewritten. So a record
+and decided again (:func:`~stream_dedupe.core.retroactive.resign_carriers`) and its record rewritten. So a record
 written from a counted text is current whatever is learned later: a line its text holds makes it
 a carrier and rewrites it, a line it does not hold strips nothing from it. Its epoch is
 :data:`~stream_dedupe.storage.docrecord.COUNTED`, kept while the record is rewritten from the
@@ -39,12 +39,14 @@ A release before this one compares a counted record's epoch with its own and rea
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 
 import mmh3
 
 from stream_dedupe.core.records import Document
+from stream_dedupe.core.retention import later
 from stream_dedupe.storage.docrecord import COUNTED
 from stream_dedupe.storage.state import DocRecord, StateView
 
@@ -148,3 +150,18 @@ def current_recrawls(
     ids = [d.doc_id for d in docs if d.doc_id in alone]
     records = dict(zip(ids, state.committed_docs(ids), strict=True)) if ids else {}
     return [current(records.get(doc.doc_id), text_fingerprint(doc), epoch(doc.source)) for doc in docs]
+
+
+def recrawled(prior: DocRecord, fingerprint: bytes | None, epoch: int, updated_at_us: int | None) -> DocRecord:
+    """The record of an unchanged re-crawl (same content as ``prior``): ``prior`` itself if nothing changes.
+
+    Read in full, its text gives the stored key (``fingerprint``, ``epoch``): the next re-crawl
+    need not read it. Still current as of this crawl, retention measures its age from this
+    crawl's ``updated_at_us`` (the content's ``updated_at``, which orders canonicals, stays).
+    """
+    record = prior
+    if fingerprint is not None and not current(prior, fingerprint, epoch):
+        record = dataclasses.replace(record, fingerprint=fingerprint, epoch=epoch)
+    if later(updated_at_us, record.age_from_us) and record.fingerprint is not None:
+        record = dataclasses.replace(record, seen_at_us=updated_at_us)
+    return record

@@ -31,7 +31,7 @@ store's only writes):
   view reads, inside ``recover``.
 * Read-only users build views of their own and never commit them (``api_query``, the
   speculative engine of ``api_shadow``, ``exports``, ``explain``, the worker's gauges,
-  ``embedded.resume_point``); ``rebuild_index``, ``learned_lines`` and retention's
+  ``checkpoint.resume_point``); ``rebuild_index``, ``learned_lines`` and retention's
   ``expired_ids`` only read; ``RocksStore.compact`` rewrites files, not values; retention's
   deletions go through the engine (``process`` + ``commit``, ``embedded.py``).
 

@@ -1,4 +1,4 @@
-"""Typer commands of the Kafka worker: ``stream-dedupe worker`` and ``stream-dedupe produce``.
+"""The ``stream-dedupe worker`` command (``produce`` is in :mod:`stream_dedupe.worker.produce_cli`).
 
 Registered on the main command line in :mod:`stream_dedupe.cli`. Every ``worker`` flag has a
 ``STREAM_DEDUPE_<NAME>`` environment variable (flag over variable over default).
@@ -15,46 +15,27 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
+from stream_dedupe.worker.cli_options import (
+    Broker,
+    DedupedTopic,
+    DlqTopic,
+    EventsTopic,
+    InputPartitions,
+    InputTopic,
+    SaslMechanism,
+    SaslPassword,
+    SaslPasswordFile,
+    SaslUsername,
+    SecurityProtocol,
+    SslCafile,
+    SslCertfile,
+    SslKeyfile,
+)
+from stream_dedupe.worker.cli_options import opt as _opt
 from stream_dedupe.worker.errors import WorkerConfigError
 from stream_dedupe.worker.logfilters import RepeatFilter
 from stream_dedupe.worker.settings import WorkerSettings, env_var
-
-err = Console(stderr=True, soft_wrap=True)
-
-
-def _opt(name: str, text: str) -> Any:
-    return typer.Option(help=escape(f"{text} [env: {env_var(name)}]"), show_default=False)
-
-
-# Kafka security flags, shared by `worker` and `produce` (docs/worker.md, "Kafka security").
-SecurityProtocol = Annotated[
-    str | None, _opt("security_protocol", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL [default: PLAINTEXT].")
-]
-SaslMechanism = Annotated[
-    str | None, _opt("sasl_mechanism", "SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN [default: SCRAM-SHA-512].")
-]
-SaslUsername = Annotated[str | None, _opt("sasl_username", "SASL user.")]
-SaslPassword = Annotated[str | None, _opt("sasl_password", "SASL password (prefer --sasl-password-file).")]
-SaslPasswordFile = Annotated[
-    Path | None, _opt("sasl_password_file", "File holding the SASL password (mounted secret); wins over the password.")
-]
-SslCafile = Annotated[Path | None, _opt("ssl_cafile", "PEM CA bundle for the broker certificate [default: system].")]
-SslCertfile = Annotated[Path | None, _opt("ssl_certfile", "PEM client certificate (mutual TLS).")]
-SslKeyfile = Annotated[Path | None, _opt("ssl_keyfile", "PEM private key of the client certificate.")]
-# The deployment's topics, shared by `worker` and `worker-reshard`.
-Broker = Annotated[str | None, _opt("broker", "Kafka bootstrap host:port [default: 127.0.0.1:9092].")]
-InputTopic = Annotated[str | None, _opt("input_topic", "Input topic [default: crawl.documents].")]
-EventsTopic = Annotated[str | None, _opt("events_topic", "Events topic [default: dedupe.events].")]
-DedupedTopic = Annotated[
-    str | None, _opt("deduped_topic", "Compacted canonical topic [default: crawl.documents.deduped].")
-]
-DlqTopic = Annotated[str | None, _opt("dlq_topic", "Dead-letter topic [default: dedupe.dlq].")]
-InputPartitions = Annotated[
-    int | None, _opt("input_partitions", "Partitions of topics the worker creates [default: 4].")
-]
 
 
 def worker(
@@ -352,88 +333,3 @@ def lock_state_dir(state_dir: Path) -> None:
 def _force_exit(timeout: float) -> None:
     logging.getLogger("stream_dedupe.worker").error("graceful stop took longer than %.0fs: exiting now", timeout)
     os._exit(3)
-
-
-def produce(
-    inputs: Annotated[
-        list[str], typer.Argument(help="JSONL inputs (plain, or gzip, bzip2 or xz compressed), or - for stdin.")
-    ],
-    broker: Annotated[str | None, _opt("broker", "Kafka bootstrap host:port [default: 127.0.0.1:9092].")] = None,
-    topic: Annotated[str | None, _opt("input_topic", "Topic to write [default: crawl.documents].")] = None,
-    partitions: Annotated[
-        int | None, _opt("input_partitions", "Partitions if the topic is created [default: 4].")
-    ] = None,
-    replication_factor: Annotated[
-        int | None, _opt("replication_factor", "Replicas if the topic is created; 1 for one local broker [default: 3].")
-    ] = None,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr (when it is a terminal).")] = True,
-    security_protocol: SecurityProtocol = None,
-    sasl_mechanism: SaslMechanism = None,
-    sasl_username: SaslUsername = None,
-    sasl_password: SaslPassword = None,
-    sasl_password_file: SaslPasswordFile = None,
-    ssl_cafile: SslCafile = None,
-    ssl_certfile: SslCertfile = None,
-    ssl_keyfile: SslKeyfile = None,
-) -> None:
-    """Load JSONL documents into the input topic (key = id, value = the line), waiting for every ack."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-
-    from stream_dedupe.inputs import check_inputs, total_bytes
-    from stream_dedupe.worker.produce import MAX_REQUEST_BYTES
-    from stream_dedupe.worker.produce import produce as send_all
-    from stream_dedupe.worker.security import client_security
-    from stream_dedupe.worker.topics import prepare_input_topic
-
-    check_inputs(inputs)
-    settings = WorkerSettings.load(
-        broker=broker,
-        input_topic=topic,
-        input_partitions=partitions,
-        replication_factor=replication_factor,
-        security_protocol=security_protocol,
-        sasl_mechanism=sasl_mechanism,
-        sasl_username=sasl_username,
-        sasl_password=sasl_password,
-        sasl_password_file=sasl_password_file,
-        ssl_cafile=ssl_cafile,
-        ssl_certfile=ssl_certfile,
-        ssl_keyfile=ssl_keyfile,
-    )
-    total = total_bytes(inputs)
-
-    async def main() -> Any:
-        created = await prepare_input_topic(
-            settings.bootstrap, settings.input_topic, settings.input_partitions, settings=settings
-        )
-        if created:
-            err.print(f"created topic {settings.input_topic} ({settings.input_partitions} partitions)")
-        columns = (TextColumn("[bold]produce"), BarColumn(), DownloadColumn(), TextColumn("{task.fields[n]} records"))
-        drawn = progress and err.is_terminal  # a bar in a log file or a pipe is noise: the summary line says it all
-        with Progress(*columns, TimeRemainingColumn(), console=err, disable=not drawn, transient=False) as bar:
-            task = bar.add_task("produce", total=total, n=0)
-            return await send_all(
-                settings.bootstrap,
-                settings.input_topic,
-                inputs,
-                lambda n, pos: bar.update(task, completed=pos, n=n),
-                security=client_security(settings),
-                compression=settings.producer_compression,
-            )
-
-    result = asyncio.run(main())
-    rate = result.records / result.seconds if result.seconds else 0.0
-    acknowledged = result.acknowledgement()
-    err.print(
-        f"sent {result.records:,} records ({result.bytes / 1e6:.1f} MB) to {settings.input_topic} in "
-        f"{result.seconds:.1f}s ({rate:,.0f}/s); {result.without_key:,} without an id key, {result.blank:,} blank "
-        f"lines skipped; {acknowledged}"
-    )
-    if result.refused:
-        err.print(
-            f"[red]error[/]: {result.refused:,} line(s) were not sent, the first at {result.first_refused}. A line "
-            "larger than the topic's max.message.bytes cannot reach it (nor the worker's DLQ): split or shorten "
-            "it, or raise max.message.bytes on the topic (and --max-doc-bytes on the worker)"
-            + (f"; produce sends no line over {MAX_REQUEST_BYTES >> 20} MiB" if result.refused_by_client else "")
-        )
-        raise typer.Exit(1)

@@ -35,7 +35,7 @@ from stream_dedupe.core.sharding.shard import APPLIED_KEY, SHARDED_NAMESPACES, s
 from stream_dedupe.errors import StreamDedupeError
 from stream_dedupe.storage.base import NAMESPACES
 from stream_dedupe.storage.docrecord import DocRecord
-from stream_dedupe.worker.cli import (
+from stream_dedupe.worker.cli_options import (
     Broker,
     DedupedTopic,
     DlqTopic,
@@ -50,8 +50,8 @@ from stream_dedupe.worker.cli import (
     SslCafile,
     SslCertfile,
     SslKeyfile,
-    _opt,
     err,
+    opt,
 )
 from stream_dedupe.worker.faust_compat import throttle_metadata_retries
 from stream_dedupe.worker.journal import JOURNAL_HEAD
@@ -330,7 +330,7 @@ def worker_reshard(
     dlq_topic: DlqTopic = None,
     input_partitions: InputPartitions = None,
     replication_factor: Annotated[
-        int | None, _opt("replication_factor", "Replicas of the copy's topics [default: 3].")
+        int | None, opt("replication_factor", "Replicas of the copy's topics [default: 3].")
     ] = None,
     security_protocol: SecurityProtocol = None,
     sasl_mechanism: SaslMechanism = None,
