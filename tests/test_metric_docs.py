@@ -11,9 +11,8 @@ DOCS = Path(__file__).parents[1] / "docs" / "worker.md"
 
 
 def test_every_exported_metric_is_in_the_table_and_no_other() -> None:
-    exported = {
-        family.name + ("_total" if family.type == "counter" else "") for family in WorkerMetrics().registry.collect()
-    }
+    suffix = {"counter": "_total", "info": "_info"}
+    exported = {family.name + suffix.get(family.type, "") for family in WorkerMetrics().registry.collect()}
     documented = set(re.findall(r"^\| `(stream_dedupe_[a-z_]+)", DOCS.read_text(), re.MULTILINE))
     assert exported - documented == set(), "exported, not in docs/worker.md's table"
     assert documented - exported == set(), "in docs/worker.md's table, not exported"
@@ -46,3 +45,14 @@ def test_the_duplicate_ratio_counts_pages_an_arrival_outranks() -> None:
     text = metrics.render().decode()
     assert "stream_dedupe_duplicate_ratio 0.5" in text  # a and a3 dropped, of four
     assert 'stream_dedupe_index_changes_total{change="left"} 1.0' in text
+
+
+def test_build_info_names_the_app_and_only_when_it_is_known() -> None:
+    from stream_dedupe import __version__
+
+    text = WorkerMetrics("crawl-a", "exactly_once").render().decode()
+    line = next(x for x in text.splitlines() if x.startswith("stream_dedupe_build_info{"))
+    assert 'app_id="crawl-a"' in line and f'version="{__version__}"' in line, line
+    assert 'processing_guarantee="exactly_once"' in line and line.endswith(" 1.0"), line
+    # no app id (the metric table's test, a registry built for its names): no series with empty labels
+    assert "stream_dedupe_build_info{" not in WorkerMetrics().render().decode()

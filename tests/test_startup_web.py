@@ -37,7 +37,9 @@ async def _in_thread(port: int, path: str) -> tuple[int, bytes]:
 
 def test_health_readiness_and_broker_gauges_before_the_app(tmp_path: Path) -> None:
     port = _free_port()
-    settings = WorkerSettings(state_dir=tmp_path / "s", web_port=port, index_shards=3, standby_replicas=1)
+    settings = WorkerSettings(
+        state_dir=tmp_path / "s", web_port=port, index_shards=3, standby_replicas=1, app_id="crawl-news"
+    )
     loop = asyncio.new_event_loop()
     try:
         with serving_while_starting(loop, settings) as server:
@@ -52,6 +54,7 @@ def test_health_readiness_and_broker_gauges_before_the_app(tmp_path: Path) -> No
             # the configured shards and copies (not 0 at each restart), and no standby following yet (-1)
             assert "stream_dedupe_index_shards 3.0" in metrics and "stream_dedupe_standby_replicas 1.0" in metrics
             assert "stream_dedupe_standby_lag_records -1.0" in metrics
+            assert 'app_id="crawl-news"' in metrics.split("stream_dedupe_build_info{")[1].split("\n")[0]
             waited = float(re.search(r"^stream_dedupe_broker_last_contact_seconds (\S+)$", metrics, re.MULTILINE)[1])  # type: ignore[index]
             assert waited >= 0.3
             assert loop.run_until_complete(_in_thread(port, "/table/state-docs/"))[0] == 404

@@ -138,7 +138,7 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
     shards = shard_tables(app, s.index_shards)  # index shards: partitions held across the group
     bound_tables({**tables, **{f"shard-{ns}": t for ns, t in shards.items()}}, s.rocksdb_memory_mb)
     store = FaustTableStore(tables, s.state_dir / "journal")
-    rt = Runtime(s, WorkerMetrics(), store)
+    rt = Runtime(s, WorkerMetrics(s.app_id, s.processing_guarantee), store)
     rt.app_producer = app.producer  # connected from the app's start, before the stages' own clients
     rt.metrics.index_shards.set(s.index_shards)
     rt.metrics.standby_replicas.set(s.standby_replicas)

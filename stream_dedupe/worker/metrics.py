@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, Histogram, Info, generate_latest
 from prometheus_client import Counter as PromCounter
 
 from stream_dedupe.core.records import INVALID_REASONS
@@ -37,9 +37,20 @@ class WorkerMetrics:
 
     """
 
-    def __init__(self) -> None:
+    def __init__(self, app_id: str | None = None, processing_guarantee: str | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        # Which app a target runs, as one series (the others carry only their target labels): the
+        # rules tell deployments apart by job, and StreamDedupeAppsShareJob catches two apps in one.
+        self.build = Info(
+            "stream_dedupe_build", "The worker's version, app id and processing guarantee (value 1).", registry=r
+        )
+        if app_id is not None:
+            from stream_dedupe import __version__
+
+            self.build.info(
+                {"version": __version__, "app_id": app_id, "processing_guarantee": processing_guarantee or ""}
+            )
         self.documents = PromCounter(
             "stream_dedupe_documents", "Input records decided, by outcome.", ["outcome"], registry=r
         )

@@ -49,16 +49,28 @@ class StartupServer:
     Args:
         host: The worker's ``web_host``.
         port: The worker's ``web_port``.
+        index_shards: The deployment's ``index_shards`` (the gauge, as the app sets it).
+        standby_replicas: The deployment's ``standby_replicas`` (likewise).
+        app_id: The worker's ``app_id`` (``stream_dedupe_build_info``; None: not set).
+        processing_guarantee: The worker's ``processing_guarantee`` (likewise).
 
     """
 
-    def __init__(self, host: str, port: int, index_shards: int = 1, standby_replicas: int = 0) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        index_shards: int = 1,
+        standby_replicas: int = 0,
+        app_id: str | None = None,
+        processing_guarantee: str | None = None,
+    ) -> None:
         self.host, self.port = host, port
         self.phase = WAITING
         self.started_at = self._waiting_since = time.monotonic()
         self._runner: web.AppRunner | None = None
         # the worker's own metric definitions (the same names and help), at their start values
-        self.metrics = WorkerMetrics()
+        self.metrics = WorkerMetrics(app_id, processing_guarantee)
         self.metrics.ready.set(0)
         # the configured values, as the app sets them: a dashboard line does not drop to 0 at each restart
         self.metrics.index_shards.set(index_shards)
@@ -112,7 +124,14 @@ def serving_while_starting(loop: asyncio.AbstractEventLoop, settings: WorkerSett
         WorkerConfigError: if the port is taken (the app could not serve on it either).
 
     """
-    server = StartupServer(settings.web_host, settings.web_port, settings.index_shards, settings.standby_replicas)
+    server = StartupServer(
+        settings.web_host,
+        settings.web_port,
+        settings.index_shards,
+        settings.standby_replicas,
+        settings.app_id,
+        settings.processing_guarantee,
+    )
     try:
         loop.run_until_complete(server.start())
     except OSError as exc:

@@ -178,6 +178,14 @@ def test_prometheus_scrapes_worker_and_loads_alert_rules(
     invalid = prom.query(f'sum by (reason) (stream_dedupe_invalid_records_total{{job="{JOB}"}} > 0)')
     assert invalid == {"reason=not-json": 2.0, "reason=missing-id": 1.0, "reason=bad-id": 1.0}
     assert prom.query(latency_count) == {f"instance=127.0.0.1:{w.web_port},job={JOB}": 53.0}
+    # the one series that names the app: its id, release and guarantee
+    from stream_dedupe import __version__
+
+    build = prom.query(f'stream_dedupe_build_info{{job="{JOB}"}}')
+    assert build == {
+        f"app_id={names.app_id},instance=127.0.0.1:{w.web_port},job={JOB},processing_guarantee=at_least_once,"
+        f"version={__version__}": 1.0
+    }, build
 
     # rate() and histogram_quantile() over the decision latency: a finite number of seconds
     buckets = f'stream_dedupe_decision_latency_seconds_bucket{{job="{JOB}"}}'
@@ -211,7 +219,7 @@ def test_prometheus_scrapes_worker_and_loads_alert_rules(
     )
     assert 0 < total(share) < 1
     firing = [a["labels"]["alertname"] for a in prom.get("/api/v1/alerts")["data"]["alerts"]]
-    assert "StreamDedupeWorkerDown" not in firing
+    assert "StreamDedupeWorkerDown" not in firing and "StreamDedupeAppsShareJob" not in firing
 
     # the dashboard's job variable finds this worker, and each of its queries, scoped to it, runs
     dashboard = json.loads((REPO / "deploy" / "grafana" / "stream-dedupe.json").read_text())
