@@ -31,12 +31,12 @@ from aiokafka.abc import ConsumerRebalanceListener  # type: ignore[import-untype
 from aiokafka.errors import CommitFailedError, KafkaError  # type: ignore[import-untyped]
 
 from stream_dedupe.core.records import Deletion, Document, ParseLimits, parse_keyed, peek_id
-from stream_dedupe.core.signer import Signed, Signer
-from stream_dedupe.sign_pool import LIVENESS_SECONDS, SignPool, SignPoolError
+from stream_dedupe.core.signer import Signer
 from stream_dedupe.worker.metrics import WorkerMetrics
 from stream_dedupe.worker.poison import is_record_error, is_transient
 from stream_dedupe.worker.produce import send_batches
 from stream_dedupe.worker.settings import WorkerSettings
+from stream_dedupe.worker.signing import Signing
 from stream_dedupe.worker.sizes import TopicLimits, read_topic_limits, record_bytes
 
 log = logging.getLogger("stream_dedupe.worker.sign")
@@ -116,9 +116,8 @@ class SignStage:
         self.sizes = TopicLimits()
         self.limits: ParseLimits = settings.parse_limits()
         self._bound = "max_doc_bytes"
-        #: The signing processes of ``--jobs`` (None: this process signs).
-        self.pool: SignPool | None = None
-        self._restarting: asyncio.Future[None] | None = None
+        #: Signs the documents that need it: in ``--jobs`` processes, else in this one.
+        self.signing = Signing(settings, signer, metrics) if signer is not None else None
 
     @property
     def group_id(self) -> str:
@@ -147,7 +146,8 @@ class SignStage:
             client_id=f"{s.app_id}-sign",
             **s.kafka_security(),
         )
-        await self._start_pool()
+        if self.signing is not None:
+            await self.signing.start()
         await consumer.start()
         try:
             consumer.subscribe([s.input_topic], listener=_CommitOnRevoke(self))
@@ -162,8 +162,9 @@ class SignStage:
                 await self.flush()
             with contextlib.suppress(Exception):
                 await consumer.stop()
-            with contextlib.suppress(Exception):
-                await self._stop_pool()
+            if self.signing is not None:
+                with contextlib.suppress(Exception):
+                    await self.signing.stop()
 
     async def _forward(self, fetched: dict[TopicPartition, list[Any]]) -> None:
         records: list[Forward] = []
@@ -202,9 +203,9 @@ class SignStage:
                 headers.append(h)
             if messages:
                 last[tp] = messages[-1].offset + 1
-        if docs and self.signer is not None:
+        if docs and self.signing is not None:
             docs = self._needing_signatures(docs, deleted)
-            for (row, _), blob in zip(docs, await self._signatures([d.text for _, d in docs]), strict=True):
+            for (row, _), blob in zip(docs, await self.signing.signatures([d.text for _, d in docs]), strict=True):
                 if blob is not None:
                     headers[row].append((SIGNED_HEADER, blob))
         index = self.settings.index_topic
@@ -254,81 +255,6 @@ class SignStage:
             h.append((ID_HEADER, doc_id[: self.settings.max_id_bytes + 1].encode()))
         keep = min(self.settings.dlq_max_payload_bytes, self.sizes.max_bytes(self.settings.index_topic) // 2)
         return value[:keep]
-
-    async def _start_pool(self) -> None:
-        """Start the signing processes of ``--jobs`` (in a thread: spawning them takes a second or two)."""
-        n = self.settings.sign_processes()
-        if n <= 0 or self.signer is None:
-            return
-        try:
-            self.pool = await asyncio.to_thread(SignPool, n, "spawn", True)
-        except Exception:
-            log.exception("sign stage: starting %d signing processes failed; signing in this process", n)
-            return
-        self.metrics.sign_processes.set(n)
-        log.info("sign stage: %d signing processes started (pids %s)", n, ", ".join(map(str, self.pool.pids)))
-
-    async def _stop_pool(self) -> None:
-        pool, self.pool = self.pool, None
-        if self._restarting is not None:
-            # A pool still being started is not waited for: its processes exit with this one
-            # (PR_SET_PDEATHSIG and the parent watchdog of sign_pool._init_worker).
-            self._restarting.cancel()
-        if pool is not None:
-            await asyncio.to_thread(pool.close)
-        self.metrics.sign_processes.set(0)
-
-    async def _restart_pool(self, broken: SignPool) -> None:
-        with contextlib.suppress(Exception):
-            broken.abandon()  # not close(): its executor's thread may wait forever on the dead worker
-        await self._start_pool()
-
-    async def _signatures(self, texts: list[str]) -> list[bytes | None]:
-        """Encoded signatures of ``texts`` (None: the decide stage signs that one, or dead-letters it).
-
-        With signing processes (``--jobs``), the batch is split across them and this process
-        serves the decide stage and the Kafka clients meanwhile. A process that dies (killed, out of
-        memory) costs one batch signed here, and the pool is started again in the background.
-        """
-        assert self.signer is not None
-        pool = self.pool
-        if pool is not None:
-            from concurrent.futures.process import BrokenProcessPool
-
-            size = -(-len(texts) // pool.workers)
-            try:
-                futures = [pool.submit(self.signer, texts[i : i + size]) for i in range(0, len(texts), size)]
-                waiting = [asyncio.wrap_future(f) for f in futures]
-                _, pending = await asyncio.wait(waiting, timeout=LIVENESS_SECONDS)
-                while pending:
-                    pool.check()  # a worker killed mid-result leaves its futures pending forever
-                    _, pending = await asyncio.wait(pending, timeout=LIVENESS_SECONDS)
-                parts = [w.result() for w in waiting]
-                return [blob for part in parts for blob in part]
-            except (BrokenProcessPool, SignPoolError) as exc:
-                self.metrics.sign_pool_failures.inc()
-                log.warning("sign stage: a signing process died (%r): this batch is signed here; restarting them", exc)
-                self.pool = None
-                self._restarting = asyncio.ensure_future(self._restart_pool(pool))
-            except Exception:
-                log.warning("sign stage: a signing process failed on a batch; signing it here", exc_info=True)
-        signer = self.signer
-        return [None if signed is None else signer.encode(signed) for signed in self._sign(texts)]
-
-    def _sign(self, texts: list[str]) -> list[Signed | None]:
-        """Signatures of ``texts``; one that cannot be made is None (the decide stage signs it, or dead-letters it)."""
-        assert self.signer is not None
-        try:
-            return list(self.signer.sign(texts))
-        except Exception:
-            log.exception("sign stage: signing a batch of %d documents failed; signing them one by one", len(texts))
-        out: list[Signed | None] = []
-        for text in texts:
-            try:
-                out.append(self.signer.sign([text])[0])
-            except Exception:
-                out.append(None)
-        return out
 
     async def _send(
         self, records: list[Forward], headers: list[list[tuple[str, bytes]]]
