@@ -13,25 +13,14 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from stream_dedupe.config import DedupeParams, RuntimeLimits, ShingleSpec
+from stream_dedupe.config import DedupeParams, RuntimeLimits
 from stream_dedupe.core.records import ParseLimits
 from stream_dedupe.core.retention import RetentionPolicy
 from stream_dedupe.errors import ConfigError
 from stream_dedupe.worker.errors import WorkerConfigError
-from stream_dedupe.worker.query_config import check_query, parse_bind
-from stream_dedupe.worker.security import PATH_SETTINGS, check_security, client_security, faust_credentials
-
-ENV_PREFIX = "STREAM_DEDUPE_"
-#: Smallest ``rocksdb_memory_mb`` (below it the memtables flush every few hundred documents).
-MIN_MEMORY_MB = 64
-GUARANTEES = ("at_least_once", "exactly_once")
-#: Default zstd level of the produced batches (BENCHMARKS.md, "Worker CPU per document, `--jobs`, compression").
-ZSTD_LEVEL = 3
-#: Most index shards (each is a partition of the shard topics and tables).
-MAX_SHARDS = 256
-#: Most ``jobs`` (each signing process holds numpy and the kernels: ~75 MB of its own memory, 170 MB of RSS).
-MAX_JOBS = 64
-COMPRESSIONS = ("zstd", "lz4", "gzip", "snappy", "none")
+from stream_dedupe.worker.query_config import parse_bind
+from stream_dedupe.worker.security import PATH_SETTINGS, client_security, faust_credentials
+from stream_dedupe.worker.settings_checks import ENV_PREFIX, MAX_JOBS, ZSTD_LEVEL, check_settings
 
 
 @dataclass(frozen=True)
@@ -183,83 +172,7 @@ class WorkerSettings:
     expire_interval: float = 600.0
 
     def __post_init__(self) -> None:
-        if self.title_guard not in (None, "on", "off"):
-            raise WorkerConfigError(f"title_guard must be 'on' or 'off', got {self.title_guard!r}")
-        if self.verify not in (None, "exact", "estimate"):
-            raise WorkerConfigError(f"verify must be 'exact' or 'estimate', got {self.verify!r}")
-        if self.processing_guarantee not in GUARANTEES:
-            raise WorkerConfigError(
-                f"processing_guarantee {self.processing_guarantee!r} is not supported: use at_least_once or "
-                f"exactly_once (set {ENV_PREFIX}PROCESSING_GUARANTEE or --processing-guarantee)"
-            )
-        if not 0 <= self.jobs <= MAX_JOBS:
-            raise WorkerConfigError(
-                f"jobs must be between 0 and {MAX_JOBS}, got {self.jobs} (set {ENV_PREFIX}JOBS or --jobs; "
-                "1 signs in the worker's own process, 0 uses the usable cores)"
-            )
-        if not 1 <= self.index_shards <= MAX_SHARDS:
-            raise WorkerConfigError(
-                f"index_shards must be between 1 and {MAX_SHARDS}, got {self.index_shards} (set "
-                f"{ENV_PREFIX}INDEX_SHARDS or --index-shards; 1 keeps the index with the decider)"
-            )
-        if self.shard_timeout <= 0:
-            raise WorkerConfigError(f"shard_timeout must be positive, got {self.shard_timeout}")
-        if self.index_shards > 1 and self.query_bind is not None:
-            raise WorkerConfigError(
-                "the query endpoint (query_bind) is not served with index_shards > 1 yet: unset one of them"
-            )
-        if self.standby_replicas < 0:
-            raise WorkerConfigError(f"standby_replicas must be >= 0, got {self.standby_replicas}")
-        if self.input_partitions < 1:
-            raise WorkerConfigError(f"input_partitions must be >= 1, got {self.input_partitions}")
-        if not 1 <= self.replication_factor <= 32:
-            raise WorkerConfigError(
-                f"replication_factor must be between 1 and 32, got {self.replication_factor} (set "
-                f"{ENV_PREFIX}REPLICATION_FACTOR or --replication-factor; 1 for a single local broker)"
-            )
-        if self.rocksdb_memory_mb < MIN_MEMORY_MB:
-            raise WorkerConfigError(
-                f"rocksdb_memory_mb must be at least {MIN_MEMORY_MB}, got {self.rocksdb_memory_mb} (set "
-                f"{ENV_PREFIX}ROCKSDB_MEMORY_MB or --rocksdb-memory-mb)"
-            )
-        if not 0 < self.batch_wait <= 60:
-            raise WorkerConfigError(f"batch_wait must be in (0, 60] seconds, got {self.batch_wait}")
-        if not 0 < self.heartbeat_interval < self.session_timeout:
-            raise WorkerConfigError(
-                f"heartbeat_interval ({self.heartbeat_interval}) must be positive and below "
-                f"session_timeout ({self.session_timeout})"
-            )
-        if self.shutdown_timeout <= 0:
-            raise WorkerConfigError(f"shutdown_timeout must be positive, got {self.shutdown_timeout}")
-        names = {self.input_topic, self.events_topic, self.deduped_topic, self.dlq_topic, self.index_topic}
-        if len(names) != 5:
-            raise WorkerConfigError("input, events, deduped, dlq and index topic names must all be different")
-        self.limits()  # validates batch_size, max_doc_bytes, max_bucket_size
-        self.parse_limits()  # max_id_bytes, max_metadata_bytes, max_metadata_fields
-        if self.compression_type not in COMPRESSIONS:
-            raise WorkerConfigError(
-                f"compression_type {self.compression_type!r} is not supported: use one of {', '.join(COMPRESSIONS)}"
-            )
-        if not 1 <= self.compression_level <= 22:
-            raise WorkerConfigError(
-                f"compression_level must be between 1 and 22 (zstd), got {self.compression_level} (set "
-                f"{ENV_PREFIX}COMPRESSION_LEVEL or --compression-level)"
-            )
-        if self.dlq_max_payload_bytes < 0 or self.poison_retries < 1:
-            raise WorkerConfigError(
-                f"dlq_max_payload_bytes must be >= 0 (got {self.dlq_max_payload_bytes}) and poison_retries >= 1 "
-                f"(got {self.poison_retries})"
-            )
-        if self.shingle is not None:
-            ShingleSpec.parse(self.shingle)
-        check_security(self)  # protocol, mechanism, credentials, secret and certificate files
-        check_query(self)  # address, token file, bounds
-        self.retention()  # max_age's rules
-        if not 1 <= self.expire_interval <= 30 * 86400:  # also refuses nan and inf
-            raise WorkerConfigError(
-                f"expire_interval must be between 1 and 2592000 seconds (30 days), got {self.expire_interval} "
-                f"(set {ENV_PREFIX}EXPIRE_INTERVAL or --expire-interval)"
-            )
+        check_settings(self)  # every bound, with the flag and variable that set it
 
     def retention(self) -> RetentionPolicy | None:
         """The retention policy of ``max_age`` (None: documents never expire).
