@@ -48,6 +48,8 @@ async def refresh_gauges(app: Any, rt: Any) -> None:
     update_broker_status(rt)
     m.state_bytes.set(tree_bytes(rt.settings.state_dir))
     m.oversize_changelog.set(rt.store.oversize)
+    waiting = getattr(rt, "decide_waiting", None)  # as /readyz reports it
+    m.decide_retrying.set(0 if waiting is None else round(time.monotonic() - waiting[0], 1))
     engine = rt.engine
     if engine is not None:
         docs = rt.store.count("docs")

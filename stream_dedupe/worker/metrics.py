@@ -219,6 +219,11 @@ class WorkerMetrics:
         self.decider = Gauge(
             "stream_dedupe_decider", "1 on the one worker that runs the decide stage (owns the index).", registry=r
         )
+        self.decide_retrying = Gauge(
+            "stream_dedupe_decide_retrying_seconds",
+            "Seconds the decider has retried its batch for no record's fault (a shard, the broker); 0 otherwise.",
+            registry=r,
+        )
         self.expired = PromCounter(
             "stream_dedupe_expired_documents",
             "Documents deleted by the retention policy (--max-age): older than their source's maximum age.",

@@ -76,7 +76,9 @@ async def decide_safely(
     while True:
         try:
             await decide(rt, messages, publish)
-            rt.decide_waiting = None
+            if rt.decide_waiting is not None:
+                rt.decide_waiting = None
+                rt.metrics.decide_retrying.set(0)
             return
         except asyncio.CancelledError:
             raise
@@ -89,6 +91,7 @@ async def decide_safely(
                 rt.decide_waiting = (since, f"{type(exc).__name__}: {str(exc)[:300]}")
             if is_transient(exc) and not rt.gate.is_set():
                 rt.decide_waiting = None  # the rebalance is reported as such (and may move the decider)
+                rt.metrics.decide_retrying.set(0)
                 log.warning("deciding %d records waits for the rebalance (%r)", len(messages), exc)
                 return  # the gate closed (a rebalance): the decide loop keeps the records for later
             if is_transient(exc):

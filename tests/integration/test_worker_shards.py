@@ -273,6 +273,10 @@ def test_readyz_reports_a_decider_waiting_for_a_shard_that_does_not_answer(
         time.sleep(3)
         later = orjson.loads(decider.get("/readyz")[1])["decide_waiting"]
         assert later["seconds"] >= waiting["seconds"] + 2, (waiting, later)  # counted from the first failure
+        deadline = time.monotonic() + 15  # and the gauge says so at its next refresh (every 5 s)
+        while metric(decider, "stream_dedupe_decide_retrying_seconds") <= 0:
+            assert time.monotonic() < deadline, decider.get("/metrics")[1][-2000:]
+            time.sleep(0.5)
     finally:
         other.proc.send_signal(signal.SIGCONT)
     consume(broker.bootstrap, names.events, until=n_document_events(len(docs)), timeout=180, idle=0)
@@ -280,5 +284,6 @@ def test_readyz_reports_a_decider_waiting_for_a_shard_that_does_not_answer(
     while "decide_waiting" in (body := orjson.loads(decider.get("/readyz")[1])):  # gone with the next decided batch
         assert time.monotonic() < deadline, body
         time.sleep(0.3)
+    assert metric(decider, "stream_dedupe_decide_retrying_seconds") == 0
     for w in pair:
         assert w.stop() == 0, w.log()[-3000:]
