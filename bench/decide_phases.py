@@ -47,7 +47,6 @@ PHASES: list[tuple[Any, str, str]] = [
     (DedupeEngine, "_join", "    union-find + edges"),
     (engine_module, "update_cover", "    cover update"),
     (engine_module, "resign_carriers", "  boilerplate carriers signed again"),
-    (DedupeEngine, "_resign_carriers", "  boilerplate carriers signed again"),  # before session 34
     (StateView, "commit", "commit (RocksDB write batch)"),
     (RocksStore, "write", "  RocksStore.write (WriteBatch puts + write)"),
     (RocksStore, "get_many", "RocksStore.get_many (every multi-get, in the phases above)"),
