@@ -36,9 +36,11 @@ from stream_dedupe.worker import faust_compat
 from stream_dedupe.worker.engine_start import ensure_engine
 from stream_dedupe.worker.follow import Follower
 from stream_dedupe.worker.gauges import broker_status, refresh_gauges, update_broker_status
+from stream_dedupe.worker.membership import membership_fresh, replaced
 from stream_dedupe.worker.memory import bound_tables
 from stream_dedupe.worker.metrics import CONTENT_TYPE, WorkerMetrics
 from stream_dedupe.worker.pipeline import (
+    INDEX_OFFSET_KEY,
     Runtime,
     _new_consumer,
     close_gate,
@@ -139,6 +141,7 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
     bound_tables({**tables, **{f"shard-{ns}": t for ns, t in shards.items()}}, s.rocksdb_memory_mb)
     store = FaustTableStore(tables, s.state_dir / "journal")
     rt = Runtime(s, WorkerMetrics(s.app_id, s.processing_guarantee), store)
+    rt.confirmed_at = lambda: faust_compat.membership_confirmed_at(app)
     rt.app_producer = app.producer  # connected from the app's start, before the stages' own clients
     rt.metrics.index_shards.set(s.index_shards)
     rt.metrics.standby_replicas.set(s.standby_replicas)
@@ -183,6 +186,8 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
 
     async def on_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
         rt.assigned = True
+        rt.assigned_at = time.monotonic()  # the group's answer confirms the membership (membership.py)
+        faust_compat.track_membership(app)
         if rt.engine is not None and not owns_index(app, rt):
             log.warning("the index partition moved to another worker: this worker now only signs")
             await stop_decide(rt)
@@ -205,7 +210,16 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
         if rt.assigned and _settled(app) and owns_index(app, rt):
             if rt.engine is None:
                 await ensure_engine(app, rt, _Synthetic(s.index_topic))
-            if rt.engine is not None:
+            if (
+                rt.engine is not None
+                and not rt.gate.is_set()
+                and membership_fresh(rt)
+                and replaced(rt, INDEX_OFFSET_KEY)
+            ):
+                # another worker decided while this one was out of the group (frozen): its engine is out of date
+                log.warning("another worker decided since this one's last batch: rebuilding the engine from the state")
+                await stop_decide(rt)
+            elif rt.engine is not None and membership_fresh(rt):
                 pause_index(app, rt)
                 if rt.shard_client is not None:
                     rt.shard_client.resume()

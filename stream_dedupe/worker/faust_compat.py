@@ -13,6 +13,7 @@ Tested with :data:`TESTED`; ``pyproject.toml`` pins the same ranges (upper bound
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from importlib import metadata
@@ -129,10 +130,43 @@ def member_id(app: Any) -> str:
     ``Consumer._thread._consumer._coordinator.member_id`` (the aiokafka consumer Faust runs in
     its consumer thread); the broker's ``DescribeGroups`` names the members by the same id.
     """
-    consumer = getattr(getattr(app.consumer, "_thread", None), "_consumer", None)
-    coordinator = getattr(consumer, "_coordinator", None)
-    value = getattr(coordinator, "member_id", "")
+    value = getattr(_coordinator(app), "member_id", "")
     return value if isinstance(value, str) and value != "" else ""
+
+
+def _coordinator(app: Any) -> Any:
+    consumer = getattr(getattr(app.consumer, "_thread", None), "_consumer", None)
+    return getattr(consumer, "_coordinator", None)
+
+
+def track_membership(app: Any) -> None:
+    """Record when the broker last confirmed this worker's membership (see :func:`membership_confirmed_at`).
+
+    aiokafka keeps the time of its last successful heartbeat in a local variable of its
+    heartbeat routine (``GroupCoordinator._heartbeat_routine``), so ``_do_heartbeat`` is wrapped
+    once per coordinator: a heartbeat that succeeds stores when it was *sent* (the broker's
+    session timer runs from its arrival, which is later). The routine looks the method up at
+    every beat, so a routine already running uses the wrapper from its next beat on.
+    """
+    coordinator = _coordinator(app)
+    if coordinator is None or getattr(coordinator, "_sd_tracked", False):
+        return
+    inner = coordinator._do_heartbeat
+
+    async def heartbeat() -> Any:
+        sent = time.monotonic()
+        ok = await inner()
+        if ok:
+            coordinator._sd_confirmed_at = sent
+        return ok
+
+    coordinator._do_heartbeat = heartbeat
+    coordinator._sd_tracked = True
+
+
+def membership_confirmed_at(app: Any) -> float:
+    """Monotonic time at which the last heartbeat the broker accepted was sent (0.0: none yet)."""
+    return float(getattr(_coordinator(app), "_sd_confirmed_at", 0.0))
 
 
 def is_paused(consumer: Any, tp: Any) -> bool:

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -31,6 +32,7 @@ from stream_dedupe.worker import faust_compat
 from stream_dedupe.worker.decided_offsets import DecidedOffsets
 from stream_dedupe.worker.faults import fault_point
 from stream_dedupe.worker.index_records import Origin, origin_of, record_of, signature_of
+from stream_dedupe.worker.membership import ensure_member, not_member
 from stream_dedupe.worker.metrics import WorkerMetrics
 from stream_dedupe.worker.outputs import fit_outputs, invalid_letter, poison_fault, short_key
 from stream_dedupe.worker.poison import await_settled, decide_safely
@@ -101,6 +103,10 @@ class Runtime:
     #: While the decide stage retries a batch that failed for no record's fault (a shard that
     #: does not answer, a broker outage): when it first failed (monotonic s) and the last error.
     decide_waiting: tuple[float, str] | None = None
+    #: When the group last gave this worker its partitions (monotonic s), and how to read when the
+    #: broker last accepted its heartbeat: the decider's lease (:mod:`stream_dedupe.worker.membership`).
+    assigned_at: float = 0.0
+    confirmed_at: Callable[[], float] | None = None
 
 
 def pause_index(app: faust.App, rt: Runtime) -> None:
@@ -271,7 +277,13 @@ async def _decide_loop(app: faust.App, rt: Runtime) -> None:
         run = first_run(messages)  # expiry records are decided in batches of their own
         await rt.gate.wait()
         async with rt.deciding:
-            if not rt.gate.is_set() or app.rebalancing or faust_compat.in_recovery(app) or not owns_index(app, rt):
+            if (
+                not rt.gate.is_set()
+                or app.rebalancing
+                or faust_compat.in_recovery(app)
+                or not owns_index(app, rt)
+                or not_member(rt)
+            ):
                 # A rebalance started, Faust is re-reading changelogs, or the group gave the index
                 # partition (the single writer's role) to another worker: decide nothing meanwhile.
                 rt.gate.clear()
@@ -359,6 +371,7 @@ async def _decide_batch(
             outputs.append((s.deduped_topic, doc_id.encode(), raw, ()))
         outputs = fit_outputs(s, rt.sizes, rt.metrics, outputs)
         if publish:
+            ensure_member(rt, "publishing a batch")
             if s.exactly_once:
                 await publish_transaction(rt, outputs, last_index)
                 fault_point("after-publish")
@@ -373,6 +386,7 @@ async def _decide_batch(
     for (topic, partition), offset in new_offsets.items():
         meta[INPUT_OFFSET_PREFIX + f"{topic}:{partition}".encode()] = b"%d" % offset
     await await_settled(rt)  # previous batch's changelog acked (never cut short by a stop)
+    ensure_member(rt, "writing a batch's state")
     await call_engine(rt, engine.commit, meta)
     # The changelog acks are not on the events' critical path: the next batch is fetched,
     # processed and published meanwhile, and awaits them before its own commit.

@@ -20,6 +20,7 @@ from typing import Any
 from aiokafka import errors  # type: ignore[import-untyped]
 
 from stream_dedupe.core.records import Invalid, peek_id
+from stream_dedupe.errors import StateMismatchError
 
 log = logging.getLogger("stream_dedupe.worker")
 
@@ -44,10 +45,15 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def is_record_error(exc: BaseException) -> bool:
-    """True for an error a record can cause (see the module docstring)."""
+    """True for an error a record can cause (see the module docstring).
+
+    A state that disagrees with itself or its shards (:class:`~stream_dedupe.errors.StateMismatchError`)
+    is no record's fault: dead-lettering records for it wrote the state once more each time.
+    """
     if isinstance(exc, errors.KafkaError):
         return isinstance(exc, _RECORD_KAFKA_ERRORS)
-    return not is_transient(exc) and isinstance(exc, Exception) and not isinstance(exc, ChangelogError)
+    state_level = isinstance(exc, (ChangelogError, StateMismatchError))
+    return not is_transient(exc) and isinstance(exc, Exception) and not state_level
 
 
 async def decide_safely(
