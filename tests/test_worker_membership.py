@@ -17,7 +17,7 @@ from stream_dedupe.worker.settings import WorkerSettings
 
 def _runtime(assigned_ago: float, heartbeat_ago: float | None) -> Any:
     now = time.monotonic()
-    confirmed = None if heartbeat_ago is None else (lambda: now - heartbeat_ago)
+    confirmed = (lambda: 0.0) if heartbeat_ago is None else (lambda: now - heartbeat_ago)
     gate = asyncio.Event()
     gate.set()
     return SimpleNamespace(
@@ -35,6 +35,10 @@ def test_the_lease_runs_from_the_later_of_the_assignment_and_the_last_accepted_h
     assert membership_fresh(_runtime(assigned_ago=60, heartbeat_ago=0.8))  # beating
     assert not membership_fresh(_runtime(assigned_ago=60, heartbeat_ago=5.5))  # past session - heartbeat
     assert not membership_fresh(_runtime(assigned_ago=17, heartbeat_ago=17))  # thawed after 17 s
+    assert not membership_fresh(_runtime(assigned_ago=8, heartbeat_ago=None))  # no heartbeat accepted since
+    untracked = _runtime(assigned_ago=600, heartbeat_ago=None)
+    untracked.confirmed_at = lambda: None  # no group consumer found to track: never held back
+    assert membership_fresh(untracked)
 
 
 def test_an_expired_lease_closes_the_gate_and_is_waited_out_not_blamed_on_a_record() -> None:

@@ -36,7 +36,7 @@ from stream_dedupe.worker import faust_compat
 from stream_dedupe.worker.engine_start import ensure_engine
 from stream_dedupe.worker.follow import Follower
 from stream_dedupe.worker.gauges import broker_status, refresh_gauges, update_broker_status
-from stream_dedupe.worker.membership import membership_fresh, replaced
+from stream_dedupe.worker.membership import lease_age, membership_fresh, replaced
 from stream_dedupe.worker.memory import bound_tables
 from stream_dedupe.worker.metrics import CONTENT_TYPE, WorkerMetrics
 from stream_dedupe.worker.pipeline import (
@@ -262,6 +262,9 @@ def create_app(settings: WorkerSettings) -> WorkerApp:
         if rt.stopping:
             body["stopping"] = True
         body["broker"] = broker_status(rt)  # an outage is reported here, not as "not ready" (docs/worker.md)
+        confirmed = faust_compat.membership_confirmed_at(app)
+        if confirmed is not None and rt.assigned:  # the lease the decider holds (worker/membership.py)
+            body["membership_confirmed_seconds_ago"] = round(lease_age(rt), 1)
         if rt.decide_waiting is not None:  # likewise a batch retried for a shard or the broker
             since, error = rt.decide_waiting
             body["decide_waiting"] = {"seconds": round(time.monotonic() - since, 1), "error": error}

@@ -164,9 +164,16 @@ def track_membership(app: Any) -> None:
     coordinator._sd_tracked = True
 
 
-def membership_confirmed_at(app: Any) -> float:
-    """Monotonic time at which the last heartbeat the broker accepted was sent (0.0: none yet)."""
-    return float(getattr(_coordinator(app), "_sd_confirmed_at", 0.0))
+def membership_confirmed_at(app: Any) -> float | None:
+    """Monotonic time at which the last heartbeat the broker accepted was sent (0.0: none yet).
+
+    None when the group's consumer is not tracked (:func:`track_membership` found no coordinator):
+    the caller cannot tell, and must not hold the worker back for it.
+    """
+    coordinator = _coordinator(app)
+    if coordinator is None or not getattr(coordinator, "_sd_tracked", False):
+        return None
+    return float(getattr(coordinator, "_sd_confirmed_at", 0.0))
 
 
 def is_paused(consumer: Any, tp: Any) -> bool:

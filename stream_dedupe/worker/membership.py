@@ -36,8 +36,10 @@ class MembershipUnconfirmed(TimeoutError):
 
 def lease_age(rt: Runtime) -> float:
     """Seconds since the broker last confirmed this worker's membership (see the module docstring)."""
-    heard = max(rt.assigned_at, rt.confirmed_at() if rt.confirmed_at is not None else 0.0)
-    return float(time.monotonic() - heard)
+    confirmed = rt.confirmed_at() if rt.confirmed_at is not None else None
+    if confirmed is None:
+        return 0.0  # not tracked (no group consumer found): never held back for it
+    return float(time.monotonic() - max(rt.assigned_at, confirmed))
 
 
 def membership_fresh(rt: Runtime) -> bool:

@@ -106,7 +106,7 @@ class Runtime:
     #: When the group last gave this worker its partitions (monotonic s), and how to read when the
     #: broker last accepted its heartbeat: the decider's lease (:mod:`stream_dedupe.worker.membership`).
     assigned_at: float = 0.0
-    confirmed_at: Callable[[], float] | None = None
+    confirmed_at: Callable[[], float | None] | None = None
 
 
 def pause_index(app: faust.App, rt: Runtime) -> None:

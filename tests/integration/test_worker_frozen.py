@@ -48,6 +48,8 @@ def test_a_thawed_decider_that_was_replaced_writes_nothing_stale(
     frozen = next(w for w in pair if role(w) == "decide")
     other = next(w for w in pair if w is not frozen)
     assert frozen.proc is not None
+    for w in pair:  # the heartbeats renew every worker's lease (about every second)
+        assert orjson.loads(w.get("/readyz")[1])["membership_confirmed_seconds_ago"] < 3, w.log()[-2000:]
     time.sleep(2)  # its last batch's changelog acknowledged: frozen between batches (see the module docstring)
     frozen.proc.send_signal(signal.SIGSTOP)
     produce(broker.bootstrap, names.input, keyed[800:1600])
