@@ -77,7 +77,7 @@ async def connect_admin(
             else:
                 log.warning(
                     "Kafka broker %s not reachable (%s); retrying in %.0fs (attempt %d) - start the broker or fix "
-                    "STREAM_DEDUPE_BROKER",
+                    "--broker / STREAM_DEDUPE_BROKER",
                     bootstrap,
                     type(exc).__name__,
                     retry,

@@ -64,13 +64,18 @@ class ProduceResult:
     refused: int = 0
     refused_by_client: int = 0
     first_refused: str | None = None
+    _first_ordinal: int = -1
 
-    def refuse(self, where: str, exc: BaseException, by_client: bool = False) -> None:
-        """Count a record the broker (or the client) refused for good; the first one is kept for the message."""
+    def refuse(self, where: str, exc: BaseException, by_client: bool = False, ordinal: int = 0) -> None:
+        """Count a record the broker (or the client) refused for good; the first in input order is kept.
+
+        ``ordinal``: the record's place in the input. The client refuses a record as it is sent and
+        the broker only when its batch is acknowledged, so refusals arrive out of input order.
+        """
         self.refused += 1
         self.refused_by_client += by_client
-        if self.first_refused is None:
-            self.first_refused = f"{where}: {type(exc).__name__}: {exc}"
+        if self.first_refused is None or ordinal < self._first_ordinal:
+            self.first_refused, self._first_ordinal = f"{where}: {type(exc).__name__}: {exc}", ordinal
 
     def acknowledgement(self) -> str:
         """The summary's last part: ``all acknowledged``, or who refused how many records."""
@@ -113,7 +118,7 @@ _TOO_LARGE = (MessageSizeTooLargeError, RecordTooLargeError, RecordListTooLargeE
 #: The failures of a batch refused for its size, and of the batches sent after it to that partition.
 _REFUSED_BATCH = (*_TOO_LARGE, OutOfOrderSequenceNumber)
 
-Pending = list[tuple[str, bytes | None, bytes, "asyncio.Future[object]"]]
+Pending = list[tuple[int, str, bytes | None, bytes, "asyncio.Future[object]"]]
 
 
 class _Sender:
@@ -130,6 +135,7 @@ class _Sender:
         self.topic, self.config, self.result = topic, config, result
         self.producer: Any = None
         self.pending: Pending = []
+        self.sent = 0  # records handed to send(), in input order
 
     async def start(self) -> None:
         throttle_metadata_retries()  # no spinning on refused connections while the broker is down
@@ -147,10 +153,11 @@ class _Sender:
         await self.start()
 
     async def send(self, where: str, key: bytes | None, value: bytes) -> None:
+        ordinal, self.sent = self.sent, self.sent + 1
         try:
-            self.pending.append((where, key, value, await self.producer.send(self.topic, value, key=key)))
+            self.pending.append((ordinal, where, key, value, await self.producer.send(self.topic, value, key=key)))
         except _TOO_LARGE as exc:  # refused before it is sent (over max_request_size)
-            self.result.refuse(where, exc, by_client=True)
+            self.result.refuse(where, exc, by_client=True, ordinal=ordinal)
 
     async def settle(self) -> None:
         """Wait for the acknowledgements in flight; a record too large for the topic is counted, not fatal.
@@ -159,9 +166,9 @@ class _Sender:
         """
         outcomes = await asyncio.gather(*(future for *_, future in self.pending), return_exceptions=True)
         again = []
-        for (where, key, value, _), outcome in zip(self.pending, outcomes, strict=True):
+        for (ordinal, where, key, value, _), outcome in zip(self.pending, outcomes, strict=True):
             if isinstance(outcome, _REFUSED_BATCH):  # too large, or sent after such a batch
-                again.append((where, key, value))
+                again.append((ordinal, where, key, value))
             elif isinstance(outcome, BaseException):
                 raise outcome
             else:
@@ -170,11 +177,11 @@ class _Sender:
         if not again:
             return
         await self.renew()
-        for where, key, value in again:
+        for ordinal, where, key, value in again:
             try:
                 await (await self.producer.send(self.topic, value, key=key))
             except _TOO_LARGE as exc:
-                self.result.refuse(where, exc)
+                self.result.refuse(where, exc, ordinal=ordinal)
                 await self.renew()  # its sequence numbers are off now: a new producer for the next one
             else:
                 self._acknowledged(value)

@@ -196,8 +196,8 @@ class KafkaShards:
             except concurrent.futures.TimeoutError:  # the builtin TimeoutError: ShardUnavailable is one too
                 self._forget(futures)
                 raise ShardUnavailable(
-                    f"index shard {shard} did not answer within {timeout:g} s (no worker holds it, or it is "
-                    "restoring its state): the batch is retried"
+                    f"index shard {shard} did not answer within {timeout:g} s (no worker holds it, its worker is "
+                    "restoring its state, or that worker is not responding: paused or overloaded)"
                 ) from None
             if method == wire.ERROR:
                 message = payload.decode("utf-8", "replace")
