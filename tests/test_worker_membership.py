@@ -10,7 +10,13 @@ from typing import Any
 import pytest
 
 from stream_dedupe.storage.memory import MemoryStore
-from stream_dedupe.worker.membership import MembershipUnconfirmed, ensure_member, membership_fresh, replaced
+from stream_dedupe.worker.membership import (
+    MembershipUnconfirmed,
+    ensure_member,
+    lease_seconds,
+    membership_fresh,
+    replaced,
+)
 from stream_dedupe.worker.poison import is_record_error, is_transient
 from stream_dedupe.worker.settings import WorkerSettings
 
@@ -64,3 +70,10 @@ def test_a_state_position_written_by_another_decider_means_the_engine_is_out_of_
     rt.store.write({"meta": {key: b"977"}})
     assert replaced(rt, key)  # another worker decided up to 977 meanwhile
     assert not is_record_error(StateMismatchError("shards hold commits the gather does not"))  # never dead-lettered
+
+
+def test_the_lease_outlasts_the_wait_for_the_next_heartbeat() -> None:
+    assert lease_seconds(6.0, 1.0) == 5.0  # the defaults: session timeout minus one heartbeat
+    assert lease_seconds(45.0, 1.0) == 44.0
+    # a heartbeat interval close to the session timeout (allowed): still longer than one interval
+    assert lease_seconds(6.0, 5.0) == 5.5 and lease_seconds(6.0, 5.0) > 5.0

@@ -10,11 +10,14 @@ older index position into the changelog (``tests/integration/test_worker_frozen.
 So the decider holds a lease: the later of its last assignment and the sending of the last
 heartbeat the broker accepted (:func:`~stream_dedupe.worker.faust_compat.track_membership`).
 The broker cannot have put it out of the group within a session timeout of that moment, so the
-decide stage publishes and commits a batch only within ``session_timeout - heartbeat_interval``
-of it (:func:`ensure_member`, before each of the two steps), and the gate opens again only once a
-heartbeat or a new assignment renews it. A decider whose partition came back after another
-worker decided (the restored state's index position is not its own) rebuilds its engine from
-the state first (:func:`replaced`). ``exactly_once`` is fenced by its transactions as well.
+decide stage publishes and commits a batch only within :func:`lease_seconds` of it
+(``session_timeout - heartbeat_interval``; :func:`ensure_member`, before each of the two steps),
+and the gate opens again only once a heartbeat or a new assignment renews it. A decider whose
+partition came back after another worker decided (the restored state's index position is not
+its own) rebuilds its engine from the state first (:func:`replaced`). ``exactly_once`` fences
+the outputs of a replaced decider by its transactions as well; in neither guarantee are the
+state's changelogs fenced, so a freeze that falls during a batch's changelog write can still
+land those records late (docs/worker.md, "A decider frozen past its session timeout").
 """
 
 from __future__ import annotations
@@ -42,10 +45,19 @@ def lease_age(rt: Runtime) -> float:
     return float(time.monotonic() - max(rt.assigned_at, confirmed))
 
 
+def lease_seconds(session_timeout: float, heartbeat_interval: float) -> float:
+    """How long a confirmation holds: ``session_timeout - heartbeat_interval``, and above one heartbeat's wait.
+
+    A heartbeat every ``heartbeat_interval`` renews the lease, so it must outlast that interval
+    (the settings allow a heartbeat interval up to the session timeout): at least halfway between.
+    """
+    return max(session_timeout - heartbeat_interval, (session_timeout + heartbeat_interval) / 2)
+
+
 def membership_fresh(rt: Runtime) -> bool:
     """True while the broker cannot have put this worker out of its group."""
     s = rt.settings
-    return lease_age(rt) < s.session_timeout - s.heartbeat_interval
+    return lease_age(rt) < lease_seconds(s.session_timeout, s.heartbeat_interval)
 
 
 def not_member(rt: Runtime) -> bool:
