@@ -77,3 +77,18 @@ def test_the_lease_outlasts_the_wait_for_the_next_heartbeat() -> None:
     assert lease_seconds(45.0, 1.0) == 44.0
     # a heartbeat interval close to the session timeout (allowed): still longer than one interval
     assert lease_seconds(6.0, 5.0) == 5.5 and lease_seconds(6.0, 5.0) > 5.0
+
+
+def test_a_cycle_in_the_parent_records_is_an_error_not_an_endless_loop() -> None:
+    from stream_dedupe.core.unionfind import UnionFind
+    from stream_dedupe.errors import StateMismatchError
+    from stream_dedupe.storage.state import StateView
+
+    state = StateView(MemoryStore())
+    state.set_parent("a", "b")  # what two deciders writing one state at once left behind
+    state.set_parent("b", "a")
+    with pytest.raises(StateMismatchError, match="form a cycle: the state was written by two deciders at once"):
+        UnionFind(state).find("a")
+    state.set_parent("c", "d")  # a plain chain is still followed and compressed
+    state.set_parent("d", "e")
+    assert UnionFind(state).find("c") == "e" and state.get_parent("c") == "e"

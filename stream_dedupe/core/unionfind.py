@@ -14,7 +14,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from stream_dedupe.core.canonical import better
+from stream_dedupe.errors import StateMismatchError
 from stream_dedupe.model import CanonicalKey, ClusterInfo
+
+#: A path this long is checked for a repeated member (paths are compressed: a few steps at most).
+#: A cycle, which only a state written by two deciders at once can hold, looped without end.
+_CYCLE_CHECK_EVERY = 1024
 
 __all__ = ["ClusterInfo", "ClusterStore", "MemoryClusterStore", "MergeResult", "UnionFind"]
 
@@ -69,6 +74,11 @@ class UnionFind:
             path.append(node)
             node = parent
             parent = self.store.get_parent(node)
+            if len(path) % _CYCLE_CHECK_EVERY == 0 and len(set(path)) < len(path):
+                raise StateMismatchError(
+                    f"the union-find parent records of {doc_id!r} form a cycle: the state was written by two "
+                    "deciders at once; rebuild it (a new state, or the embedded command over the corpus)"
+                )
         for member in path[:-1]:
             self.store.set_parent(member, node)
         return node

@@ -320,6 +320,10 @@ async def _decide_batch(
     """
     s, engine, store, producer = rt.settings, rt.engine, rt.store, rt.producer
     assert engine is not None and producer is not None and rt.parse_limits is not None and rt.sizes is not None
+    # The previous batch's changelog on the broker before any new work: the engine runs on this
+    # loop, so a send still pending here would leave only once this batch is processed, and a
+    # decider frozen meanwhile (then replaced) would land it after its successor's (membership.py).
+    await await_settled(rt)
     records: list[Record] = []
     origins: list[Origin] = []
     signed: list[Signed | None] = []
@@ -388,8 +392,8 @@ async def _decide_batch(
     await await_settled(rt)  # previous batch's changelog acked (never cut short by a stop)
     ensure_member(rt, "writing a batch's state")
     await call_engine(rt, engine.commit, meta)
-    # The changelog acks are not on the events' critical path: the next batch is fetched,
-    # processed and published meanwhile, and awaits them before its own commit.
+    # The changelog acks are not on the events' critical path: the next fetch waits meanwhile,
+    # and the next batch awaits them before it starts.
     rt.settling = asyncio.ensure_future(store.settle(producer))
     if rt.decided_offsets is not None:
         rt.decided_offsets.settled(rt.settling, last_index + 1)

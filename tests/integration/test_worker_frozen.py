@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from tests.integration.conftest import (
     Broker,
@@ -32,8 +33,9 @@ from tests.integration.test_worker_scale_out import clusters_with_canonicals, cr
 N = 2400
 
 
+@pytest.mark.parametrize("moment", ["between-batches", "mid-stream"])
 def test_a_thawed_decider_that_was_replaced_writes_nothing_stale(
-    broker: Broker, names: Names, workers: Any, tmp_path: Path
+    broker: Broker, names: Names, workers: Any, tmp_path: Path, moment: str
 ) -> None:
     docs = synth_docs(N, seed=41)
     create_input(broker.bootstrap, names.input, 4)
@@ -50,9 +52,14 @@ def test_a_thawed_decider_that_was_replaced_writes_nothing_stale(
     assert frozen.proc is not None
     for w in pair:  # the heartbeats renew every worker's lease (about every second)
         assert orjson.loads(w.get("/readyz")[1])["membership_confirmed_seconds_ago"] < 3, w.log()[-2000:]
-    time.sleep(2)  # its last batch's changelog acknowledged: frozen between batches (see the module docstring)
-    frozen.proc.send_signal(signal.SIGSTOP)
-    produce(broker.bootstrap, names.input, keyed[800:1600])
+    if moment == "between-batches":
+        time.sleep(2)  # its last batch's changelog acknowledged
+        frozen.proc.send_signal(signal.SIGSTOP)
+        produce(broker.bootstrap, names.input, keyed[800:1600])
+    else:  # while it decides the next 800 (its batches of 50 follow each other)
+        produce(broker.bootstrap, names.input, keyed[800:1600])
+        time.sleep(0.15)
+        frozen.proc.send_signal(signal.SIGSTOP)
     try:
         deadline = time.monotonic() + 90  # the session timeout (6 s), a rebalance, the tables restored
         while role(other) != "decide" or other.get("/readyz")[0] != 200:
