@@ -22,7 +22,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -67,6 +67,9 @@ class KafkaShards:
         self._consumer: Any = None
         self._paused: str | None = None
         self.calls = 0
+        #: Awaited before a commit goes to the shards: the decider's own state on the broker first
+        #: (its changelog), so that a successor never restores a state older than its shards'.
+        self.before_apply: Callable[[], Awaitable[None]] | None = None
 
     async def start(self) -> None:
         """Start reading answers (from the end of the replies topic: older ones are not ours)."""
@@ -228,6 +231,8 @@ class KafkaShards:
         """Send commit ``number`` to every shard; returns once the broker has every record."""
 
         async def send_all() -> None:
+            if self.before_apply is not None:
+                await self.before_apply()
             sends = [
                 self._send(i, wire.APPLY, struct.pack("<Q", number) + shard_ops.encode())
                 for i, shard_ops in enumerate(ops)

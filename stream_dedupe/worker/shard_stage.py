@@ -105,6 +105,9 @@ async def engine_store(rt: Any, new_consumer: Any) -> KVStore:
         rt.producer = await start_worker_producer(rt.settings, "decide")
     if rt.shard_client is None:
         rt.shard_client = KafkaShards(rt.settings, rt.producer, new_consumer, rt.metrics)
+        # A commit's gather part (its outbox) reaches the changelog before the shards apply it: a
+        # decider frozen in between and replaced left the shards ahead of every successor's state.
+        rt.shard_client.before_apply = lambda: rt.store.settle(rt.producer)
         await rt.shard_client.start()
     return ShardedStore(rt.store, rt.shard_client)
 

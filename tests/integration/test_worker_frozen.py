@@ -33,13 +33,14 @@ from tests.integration.test_worker_scale_out import clusters_with_canonicals, cr
 N = 2400
 
 
-@pytest.mark.parametrize("moment", ["between-batches", "mid-stream"])
+@pytest.mark.parametrize("moment", ["between-batches", "mid-stream", "mid-stream-2-shards"])
 def test_a_thawed_decider_that_was_replaced_writes_nothing_stale(
     broker: Broker, names: Names, workers: Any, tmp_path: Path, moment: str
 ) -> None:
     docs = synth_docs(N, seed=41)
     create_input(broker.bootstrap, names.input, 4)
-    pair = [workers(state_dir=tmp_path / f"z{i}", log_name=f"z{i}", extra=["--batch-size", "50"]) for i in range(2)]
+    extra = ["--batch-size", "50", *(["--index-shards", "2"] if moment.endswith("shards") else [])]
+    pair = [workers(state_dir=tmp_path / f"z{i}", log_name=f"z{i}", extra=extra) for i in range(2)]
     for w in pair:
         w.start()
     for w in pair:
@@ -56,7 +57,7 @@ def test_a_thawed_decider_that_was_replaced_writes_nothing_stale(
         time.sleep(2)  # its last batch's changelog acknowledged
         frozen.proc.send_signal(signal.SIGSTOP)
         produce(broker.bootstrap, names.input, keyed[800:1600])
-    else:  # while it decides the next 800 (its batches of 50 follow each other)
+    else:  # while it decides the next 800 (its batches of 50 follow each other; with shards, their commits)
         produce(broker.bootstrap, names.input, keyed[800:1600])
         time.sleep(0.15)
         frozen.proc.send_signal(signal.SIGSTOP)
